@@ -1,0 +1,131 @@
+// The asynchronous dependency engine: every op goes through it.
+//
+// An op is a function plus the vars it reads and the vars it writes. `push`
+// returns at once; the engine runs the op on a worker thread of its device
+// when every earlier write of the vars it reads, and every earlier read and
+// write of the vars it writes, has finished. Ops that share no written var
+// run in parallel. The caller blocks only in `wait(var)` and `wait_all()`.
+//
+//   using namespace tandem::engine;
+//   Var* x = new_var();
+//   Var* y = new_var();
+//   Engine& e = current();
+//   e.push([&](const RunContext&) { data_x = 1; }, Device::cpu(), {}, {x}, "init_x");
+//   e.push([&](const RunContext&) { data_y = data_x + 1; }, Device::cpu(), {x}, {y}, "add");
+//   e.wait(y);  // data_y == 2 now.
+//   e.delete_var(x);
+//   e.delete_var(y);
+//
+// Failures (see Note [Failures]) travel with the data: an op that throws marks
+// the vars it writes as failed; later ops that read them are skipped and pass
+// the failure on; a wait on any of those vars throws a tandem::Error naming
+// the op that failed and the source line that pushed it.
+//
+// Two engines implement this interface. The threaded engine is the default.
+// The naive engine runs each op on the caller's thread inside `push` and
+// throws there, which makes errors and debuggers point at the line that
+// pushed; select it with TANDEM_ENGINE=naive or `set_engine_kind`.
+//
+// Note [Failures]
+// * The error thrown at a wait is the one the failing op threw (its message),
+//   with the op's name and its push location attached.
+// * A var stays failed until an op writes it successfully; waiting on it again
+//   throws again. Ops that only read it keep being skipped.
+// * `wait_all()` throws the first failure not yet thrown by a `wait`, once;
+//   after that it is clean until a new failure happens.
+// * Nothing that runs on a worker thread can end the process: any exception,
+//   of any type, becomes a failure delivered at a wait.
+#pragma once
+
+#include <memory>
+#include <source_location>
+
+#include "absl/types/span.h"
+
+#include "core/device.h"
+#include "core/engine/inline_function.h"
+
+namespace tandem::engine {
+
+class Var;
+
+// What an op's function learns about where it runs.
+struct RunContext {
+  Device device;
+  int worker = 0;  // Index of the worker thread within its device's pool.
+};
+
+// An op's function. Closures of up to 96 bytes are stored without allocation.
+using OpFn = InlineFunction<void(const RunContext&), 96>;
+
+using VarSpan = absl::Span<Var* const>;
+
+enum class EngineKind { kThreaded, kNaive };
+
+enum class ShutdownMode {
+  kFinish,  // Run every pending op, then stop.
+  kCancel,  // Skip ops that have not started; their vars fail as "cancelled".
+};
+
+struct EngineOptions {
+  // Worker threads for the CPU; 0 means one per core.
+  int cpu_workers = 0;
+};
+
+// Creates a var. Every var must eventually be passed to `delete_var`.
+Var* new_var();
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Schedules `fn` to run on `device` after the ops it depends on.
+  // A var listed in both `reads` and `writes` counts as written; duplicates
+  // are ignored. `name` must outlive the op (a string literal or a registry
+  // name); `where` should be the user's call site, which errors will name.
+  void push(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name = "op",
+            std::source_location where = std::source_location::current()) {
+    push_op(std::move(fn), device, reads, writes, name, where);
+  }
+
+  // Blocks until every write pushed so far to `var` has finished; throws the
+  // var's failure if the last write failed (see Note [Failures]).
+  virtual void wait(Var* var) = 0;
+
+  // Blocks until every op pushed so far has finished; throws the first
+  // failure not yet reported (see Note [Failures]).
+  virtual void wait_all() = 0;
+
+  // Frees `var` once every op pushed on it has finished, running `on_delete`
+  // (e.g. returning the memory the var guarded) just before. Nothing may be
+  // pushed on the var after this call.
+  virtual void delete_var(Var* var, OpFn on_delete = {}) = 0;
+
+  // Stops accepting ops and finishes or cancels the pending ones. Idempotent;
+  // the destructor calls shutdown(kFinish).
+  virtual void shutdown(ShutdownMode mode) = 0;
+
+  virtual EngineKind kind() const = 0;
+
+  // Worker threads serving `device`; 0 when the device has none.
+  virtual int num_workers(Device device) const = 0;
+
+ protected:
+  virtual void push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
+                       const std::source_location& where) = 0;
+};
+
+std::unique_ptr<Engine> make_engine(EngineKind kind, EngineOptions options = {});
+
+// The process-wide engine every Tensor uses. Created on first use from
+// TANDEM_ENGINE ("threaded", the default, or "naive") and TANDEM_NUM_WORKERS;
+// shut down (finishing pending work) at exit.
+Engine& current();
+
+// Replaces the process-wide engine. Waits for all pending work first and, if
+// any of it failed, throws that failure without switching. Call it while no
+// other thread pushes ops.
+void configure(EngineKind kind, EngineOptions options = {});
+inline void set_engine_kind(EngineKind kind) { configure(kind); }
+
+}  // namespace tandem::engine

@@ -1,0 +1,22 @@
+#include "core/engine/failure.h"
+
+#include <exception>
+#include <string>
+
+namespace tandem::engine {
+
+std::shared_ptr<const Error> capture_failure(const char* op, const std::source_location& where) {
+  std::string message;
+  try {
+    throw;
+  } catch (const Error& e) {
+    message = e.message();
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+    message = "unknown exception (not derived from std::exception)";
+  }
+  return std::make_shared<const Error>(std::move(message), op, where);
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,17 @@
+// How an exception thrown by an op becomes the failure stored on its vars.
+// Internal to the engines (see Note [Failures] in engine.h).
+#pragma once
+
+#include <memory>
+#include <source_location>
+
+#include "core/error.h"
+
+namespace tandem::engine {
+
+// Call inside a catch block: returns the in-flight exception as an Error
+// carrying its message, the op's name and the op's push location. Any
+// exception type is accepted, so nothing an op throws can escape a worker.
+std::shared_ptr<const Error> capture_failure(const char* op, const std::source_location& where);
+
+}  // namespace tandem::engine

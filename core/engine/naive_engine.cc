@@ -1,0 +1,51 @@
+#include "core/engine/naive_engine.h"
+
+#include "core/engine/failure.h"
+#include "core/engine/var.h"
+#include "core/error.h"
+#include "core/profiler.h"
+
+namespace tandem::engine {
+
+void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
+                          const std::source_location& where) {
+  if (!device.is_cpu()) {
+    throw Error(
+        str_cat("no workers for device ", device.to_string(), ": this engine runs CPU ops only"),
+        name, where);
+  }
+  std::lock_guard lock(mu_);
+  // Every input, including one that is also written (an in-place update).
+  for (Var* var : reads) {
+    if (var->failure) {
+      // An input is the output of a failed op: fail the same way, at once.
+      std::shared_ptr<const Error> failure = var->failure;
+      for (Var* written : writes) written->failure = failure;
+      throw Error(*failure);
+    }
+  }
+  int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
+  std::shared_ptr<const Error> failure;
+  try {
+    fn(RunContext{device, 0});
+  } catch (...) {
+    failure = capture_failure(name, where);
+  }
+  if (begin != 0)
+    profiler::record(profiler::EventKind::kExecute, name, begin, profiler::now_ns(), 0);
+  for (Var* var : writes) var->failure = failure;
+  if (failure) throw Error(*failure);
+}
+
+void NaiveEngine::wait(Var* var) {
+  std::lock_guard lock(mu_);
+  if (var->failure) throw Error(*var->failure);
+}
+
+void NaiveEngine::delete_var(Var* var, OpFn on_delete) {
+  std::lock_guard lock(mu_);
+  if (on_delete) on_delete(RunContext{});
+  delete var;
+}
+
+}  // namespace tandem::engine

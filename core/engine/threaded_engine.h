@@ -1,0 +1,74 @@
+// ThreadedEngine: the asynchronous implementation of Engine.
+// See engine.h for the contract and var.h for the dependency queue.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/engine/op_record.h"
+#include "core/engine/var.h"
+#include "core/engine/worker_pool.h"
+#include "core/error.h"
+
+namespace tandem::engine {
+
+class ThreadedEngine final : public Engine {
+ public:
+  explicit ThreadedEngine(EngineOptions options);
+  ~ThreadedEngine() override;
+
+  void wait(Var* var) override;
+  void wait_all() override;
+  void delete_var(Var* var, OpFn on_delete) override;
+  void shutdown(ShutdownMode mode) override;
+  EngineKind kind() const override { return EngineKind::kThreaded; }
+  int num_workers(Device device) const override;
+
+ protected:
+  void push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
+               const std::source_location& where) override;
+
+ private:
+  // push() without the shutdown check.
+  void enqueue(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
+               const std::source_location& where);
+  // Registers `op` with its vars; it runs once none of them blocks it.
+  void schedule(OpRecord* op);
+  // Sends a ready op to its device's workers (or runs a wait op inline).
+  void dispatch(OpRecord* op);
+  // Runs a ready op on a worker; returns a successor for the same worker.
+  OpRecord* run(OpRecord* op, const RunContext& context);
+  // Releases the op's vars and dispatches what that unblocks; returns one
+  // unblocked op on `continue_on` for the caller to run next, if any.
+  OpRecord* complete(OpRecord* op, const Device* continue_on);
+  void finish_wait(OpRecord* op);
+  // Records a new failure (not one inherited from an input).
+  void note_failure(const std::shared_ptr<const Error>& failure);
+  [[noreturn]] void throw_failure(const std::shared_ptr<const Error>& failure);
+  WorkerPool& pool_for(Device device, const std::source_location& where);
+
+  std::unique_ptr<WorkerPool> cpu_pool_;
+  std::atomic<int64_t> pending_ops_{0};
+  std::atomic<uint64_t> next_op_id_{1};
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> cancelling_{false};
+
+  // Note [Pushing from several threads]
+  // Two ops pushed at once from two threads could enter the queues of their
+  // shared vars in opposite orders (A before B on x, B before A on y) and
+  // then wait for each other forever. An op that touches two or more vars
+  // therefore appends to all of them under this lock, so such ops enter every
+  // queue in one global order. An op with a single var cannot close a cycle
+  // (it would have to be both before and after another op on that one var),
+  // so the common single-var push takes no global lock.
+  std::mutex multi_var_append_mu_;
+
+  std::mutex failures_mu_;
+  // Failures not yet thrown by any wait, oldest first.
+  std::vector<std::shared_ptr<const Error>> unreported_;
+};
+
+}  // namespace tandem::engine

@@ -1,0 +1,80 @@
+// Var: the engine's handle on one piece of mutable data (usually a Storage).
+//
+// Internal to the engine; users hold `Var*` only to name what an op reads and
+// writes. A Var keeps the queue of ops waiting on it and the failure, if any,
+// of the last op that wrote it.
+//
+// Note [Dependency queue]
+// This is MXNet's ThreadedVar, written anew. Each var has a singly linked list
+// of blocks, one per pending op, oldest first, ending in an empty sentinel
+// (`tail_`). `pending_write_` points at the oldest write not yet finished.
+// Reads that arrive while no write is pending start at once and are only
+// counted (`running_reads_`). When the last running read finishes, the
+// pending write starts (`running_reads_` becomes kWriteRunning). When a write
+// finishes, every read queued behind it up to the next write starts; if there
+// are none, the next write starts. So reads run concurrently, writes run alone
+// and in push order, and each op starts only once all its vars allow it.
+//
+// Every method takes the var's own lock for a few instructions; no lock is
+// held while an op runs, and the engine never holds two var locks at once.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "absl/container/inlined_vector.h"
+
+#include "core/error.h"
+#include "core/spinlock.h"
+
+namespace tandem::engine {
+
+struct OpRecord;
+
+// Ops whose dependencies became satisfied, to be dispatched by the caller
+// after it has released every lock.
+using ReadyOps = absl::InlinedVector<OpRecord*, 8>;
+
+class Var {
+ public:
+  Var();
+  ~Var();
+  Var(const Var&) = delete;
+  Var& operator=(const Var&) = delete;
+
+  // Queues `op` as a reader. Returns true if it may read right away.
+  bool append_read(OpRecord* op);
+  // Queues `op` as a writer. Returns true if it may write right away.
+  bool append_write(OpRecord* op);
+  // A read granted earlier has finished. Adds the op this unblocks, if any.
+  void complete_read(ReadyOps& ready);
+  // The running write has finished. Adds the ops this unblocks to `ready`.
+  // Returns true if the var deleted itself (see mark_for_delete).
+  bool complete_write(ReadyOps& ready);
+
+  // True when no write is queued or running: a read would start at once.
+  bool readable_now();
+  // True when no op at all is queued or running on the var.
+  bool idle();
+  // Called by the running write of a deletion op: the var deletes itself when
+  // that write completes. Nothing may be queued on it afterwards.
+  void mark_for_delete() { to_delete_ = true; }
+
+  // The failure of the last op that wrote this var, or null if it succeeded.
+  // Only the running writer changes it, and readers see it after that write
+  // completed, so the var's lock already orders every access.
+  std::shared_ptr<const Error> failure;
+
+  struct Block;  // One queued op; defined in var.cc.
+
+ private:
+  static constexpr int kWriteRunning = -1;
+
+  Spinlock mu_;            // See Note [Why spin] in core/spinlock.h.
+  int running_reads_ = 0;  // or kWriteRunning
+  Block* tail_;            // Empty sentinel; the next op is attached here.
+  Block* pending_write_ = nullptr;
+  bool to_delete_ = false;
+};
+
+}  // namespace tandem::engine

@@ -1,0 +1,183 @@
+#include "core/profiler.h"
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+#include "core/error.h"
+
+namespace tandem::profiler {
+namespace detail {
+std::atomic<bool> enabled{false};
+}  // namespace detail
+
+namespace {
+
+struct Event {
+  const char* name;
+  int64_t begin_ns;
+  int64_t end_ns;
+  uint64_t flow;
+  EventKind kind;
+};
+
+struct ThreadBuffer {
+  std::mutex mu;  // Uncontended except while `stop` reads the buffer.
+  int tid = 0;
+  std::string name;
+  std::vector<Event> events;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::string path;
+  bool running = false;
+  int next_tid = 1;
+  // Buffers stay registered after their thread exits, so its events are kept.
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+};
+
+Registry& registry() {
+  static Registry* instance = new Registry;  // Never destroyed: used at exit.
+  return *instance;
+}
+
+ThreadBuffer& this_thread_buffer() {
+  thread_local std::shared_ptr<ThreadBuffer> buffer = [] {
+    auto created = std::make_shared<ThreadBuffer>();
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    created->tid = r.next_tid++;
+    created->name = str_cat("frontend ", created->tid);
+    r.buffers.push_back(created);
+    return created;
+  }();
+  return *buffer;
+}
+
+// JSON string contents: names are ours or the user's, so escape them.
+std::string escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += str_cat("\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+const char* category(EventKind kind) {
+  switch (kind) {
+    case EventKind::kPush:
+      return "push";
+    case EventKind::kExecute:
+      return "execute";
+    case EventKind::kWait:
+      return "wait";
+  }
+  return "event";
+}
+
+struct ThreadEvents {
+  int tid;
+  std::string name;
+  std::vector<Event> events;
+};
+
+// Takes every thread's events out of its buffer, leaving the buffers empty.
+std::vector<ThreadEvents> take_events(const std::vector<std::shared_ptr<ThreadBuffer>>& buffers) {
+  std::vector<ThreadEvents> taken;
+  for (const auto& buffer : buffers) {
+    std::lock_guard lock(buffer->mu);
+    taken.push_back({buffer->tid, buffer->name, std::move(buffer->events)});
+    buffer->events.clear();
+  }
+  return taken;
+}
+
+void write_trace(const std::string& path, const std::vector<ThreadEvents>& threads) {
+  std::ofstream out(path, std::ios::trunc);
+  TANDEM_CHECK(out.good(), "profiler: cannot open '", path, "' for writing");
+  out << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  bool first = true;
+  auto separator = [&] { return std::exchange(first, false) ? "" : ",\n"; };
+  auto micros = [](int64_t ns) {
+    return str_cat(ns / 1000, ".", absl::Dec(ns % 1000, absl::kZeroPad3));
+  };
+  for (const ThreadEvents& thread : threads) {
+    out << separator() << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":" << thread.tid
+        << ",\"args\":{\"name\":\"" << escape(thread.name) << "\"}}";
+    for (const Event& e : thread.events) {
+      out << separator() << "{\"ph\":\"X\",\"cat\":\"" << category(e.kind) << "\",\"name\":\""
+          << escape(e.name) << "\",\"pid\":1,\"tid\":" << thread.tid
+          << ",\"ts\":" << micros(e.begin_ns) << ",\"dur\":" << micros(e.end_ns - e.begin_ns)
+          << "}";
+      if (e.flow != 0 && e.kind != EventKind::kWait) {
+        // A flow arrow from the push to the execution of the same op.
+        bool start = e.kind == EventKind::kPush;
+        out << separator() << "{\"ph\":\"" << (start ? "s" : "f") << "\","
+            << (start ? "" : "\"bp\":\"e\",") << "\"cat\":\"op\",\"name\":\"op\",\"id\":" << e.flow
+            << ",\"pid\":1,\"tid\":" << thread.tid << ",\"ts\":" << micros(e.begin_ns) << "}";
+      }
+    }
+  }
+  out << "\n]}\n";
+  out.close();
+  TANDEM_CHECK(!out.fail(), "profiler: failed writing '", path, "'");
+}
+
+}  // namespace
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void start(std::string path) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  TANDEM_CHECK(!r.running, "profiler: already running (writing to '", r.path, "')");
+  r.path = std::move(path);
+  r.running = true;
+  take_events(r.buffers);  // Drop stragglers recorded after the last stop().
+  detail::enabled.store(true, std::memory_order_relaxed);
+}
+
+void stop() {
+  Registry& r = registry();
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  std::string path;
+  {
+    std::lock_guard lock(r.mu);
+    if (!r.running) return;
+    r.running = false;
+    detail::enabled.store(false, std::memory_order_relaxed);
+    buffers = r.buffers;
+    path = r.path;
+  }
+  write_trace(path, take_events(buffers));
+}
+
+void set_thread_name(std::string name) {
+  ThreadBuffer& buffer = this_thread_buffer();
+  std::lock_guard lock(buffer.mu);
+  buffer.name = std::move(name);
+}
+
+void record(EventKind kind, const char* name, int64_t begin_ns, int64_t end_ns, uint64_t flow) {
+  ThreadBuffer& buffer = this_thread_buffer();
+  std::lock_guard lock(buffer.mu);
+  buffer.events.push_back(Event{name, begin_ns, end_ns, flow, kind});
+}
+
+}  // namespace tandem::profiler

@@ -1,0 +1,47 @@
+// Storage: one aligned block of device memory and the engine var that guards it.
+//
+// Tensors share a Storage through std::shared_ptr; views (reshape, slices)
+// point into the same one. Every op that touches the memory names the
+// storage's var, so the engine orders all accesses to it.
+//
+// Note [Freeing memory that ops still use]
+// The last handle may drop while ops on the memory are still queued (an op's
+// closure holds tensors alive, but a wait or a view's op may not). So the
+// destructor does not free the block itself: it asks the engine to delete the
+// var, which returns the block to the allocator after every op pushed on the
+// var so far has finished — at once when none is pending.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "core/device.h"
+
+namespace tandem {
+
+namespace engine {
+class Var;
+}  // namespace engine
+
+class Storage {
+ public:
+  // Allocates `nbytes` on `device` from its caching allocator; throws
+  // tandem::Error when memory runs out.
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  engine::Var* var() const { return var_; }
+
+ private:
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  engine::Var* var_;
+};
+
+}  // namespace tandem

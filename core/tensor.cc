@@ -1,0 +1,225 @@
+#include "core/tensor.h"
+
+#include <cstring>
+
+#include "core/engine/engine.h"
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+template <class T>
+void check_dtype(const Tensor& t, const char* what) {
+  TANDEM_CHECK(t.dtype() == dtype_of<T>(), what, "<", dtype_name(dtype_of<T>()),
+               ">: the tensor has dtype ", dtype_name(t.dtype()));
+}
+
+Tensor view(const Tensor& base, Shape shape, size_t byte_offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = std::move(shape);
+  impl->dtype = base.dtype();
+  impl->storage = base.storage();
+  impl->byte_offset = byte_offset;
+  return Tensor(std::move(impl));
+}
+
+// Bytes between consecutive entries of the leading axis.
+size_t row_bytes(const Tensor& t) {
+  return static_cast<size_t>(t.shape().stride(0)) * dtype_size(t.dtype());
+}
+
+// Elements printed per axis at each end once a tensor is too big to print.
+constexpr int64_t kSummaryEdge = 3;
+constexpr int64_t kSummaryThreshold = 1000;
+
+template <class T>
+void append_value(std::string& out, const void* data, int64_t i) {
+  T value = static_cast<const T*>(data)[i];
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    out += str_cat(static_cast<float>(value));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    out += value ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, uint8_t>) {
+    out += str_cat(static_cast<int>(value));
+  } else {
+    out += str_cat(value);
+  }
+}
+
+void append_element(std::string& out, DType dtype, const void* data, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return append_value<float>(out, data, i);
+    case DType::kFloat64:
+      return append_value<double>(out, data, i);
+    case DType::kFloat16:
+      return append_value<Half>(out, data, i);
+    case DType::kBFloat16:
+      return append_value<BFloat16>(out, data, i);
+    case DType::kInt32:
+      return append_value<int32_t>(out, data, i);
+    case DType::kInt64:
+      return append_value<int64_t>(out, data, i);
+    case DType::kUInt8:
+      return append_value<uint8_t>(out, data, i);
+    case DType::kBool:
+      return append_value<bool>(out, data, i);
+  }
+}
+
+// Nested brackets, one axis per level; long axes are cut to their ends.
+void append_values(std::string& out, const Tensor& t, int axis, int64_t offset, bool summarize) {
+  if (axis == t.rank()) {
+    append_element(out, t.dtype(), t.raw_data(), offset);
+    return;
+  }
+  int64_t size = t.shape()[axis];
+  int64_t stride = t.shape().stride(axis);
+  out += '[';
+  for (int64_t i = 0; i < size; ++i) {
+    if (summarize && size > 2 * kSummaryEdge && i == kSummaryEdge) {
+      out += "..., ";
+      i = size - kSummaryEdge;
+    }
+    append_values(out, t, axis + 1, offset + i * stride, summarize);
+    if (i + 1 < size) out += axis + 1 == t.rank() ? ", " : ",\n";
+  }
+  out += ']';
+}
+
+}  // namespace
+
+const TensorImpl& Tensor::impl() const {
+  TANDEM_CHECK(impl_ != nullptr, "the tensor is undefined (default-constructed)");
+  return *impl_;
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  size_t nbytes = static_cast<size_t>(
+      checked_mul(shape.numel(), static_cast<int64_t>(dtype_size(dtype)), "tensor byte size"));
+  impl->storage = std::make_shared<Storage>(nbytes, device);
+  impl->shape = std::move(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+template <class T>
+Tensor Tensor::from_vector(absl::Span<const T> values, Shape shape, std::source_location where) {
+  CallSiteScope site("from_vector", where);
+  TANDEM_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), values.size(),
+               " values cannot fill shape ", shape.to_string(), " of ", shape.numel(), " elements");
+  Tensor t = empty(std::move(shape), dtype_of<T>());
+  // The storage is brand new: no op can be using it yet, so copy directly.
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), t.nbytes());
+  return t;
+}
+
+void* Tensor::raw_data() const {
+  return static_cast<char*>(impl().storage->data()) + impl().byte_offset;
+}
+
+template <class T>
+T* Tensor::data() const {
+  check_dtype<T>(*this, "data");
+  return static_cast<T*>(raw_data());
+}
+
+Tensor Tensor::reshape(absl::Span<const int64_t> dims, std::source_location where) const {
+  CallSiteScope site("reshape", where);
+  Shape::Dims resolved(dims.begin(), dims.end());
+  int inferred = -1;
+  int64_t known = 1;
+  for (int i = 0; i < static_cast<int>(resolved.size()); ++i) {
+    if (resolved[i] == -1) {
+      TANDEM_CHECK(inferred < 0, "only one dimension may be -1, got two in reshape of ",
+                   shape().to_string());
+      inferred = i;
+    } else {
+      TANDEM_CHECK(resolved[i] >= 0, "invalid dimension ", resolved[i], " at axis ", i);
+      known = checked_mul(known, resolved[i], "reshape element count");
+    }
+  }
+  if (inferred >= 0) {
+    TANDEM_CHECK(known != 0 && numel() % known == 0, "cannot reshape ", shape().to_string(), " (",
+                 numel(), " elements) with a -1 dimension: ", numel(), " is not a multiple of ",
+                 known);
+    resolved[inferred] = numel() / known;
+  }
+  Shape target(resolved);
+  TANDEM_CHECK(target.numel() == numel(), "cannot reshape ", shape().to_string(), " (", numel(),
+               " elements) to ", target.to_string(), " (", target.numel(), " elements)");
+  return view(*this, std::move(target), byte_offset());
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t end, std::source_location where) const {
+  CallSiteScope site("slice", where);
+  TANDEM_CHECK(rank() >= 1, "cannot slice a scalar (rank 0)");
+  int64_t rows = shape()[0];
+  TANDEM_CHECK(0 <= begin && begin <= end && end <= rows, "slice [", begin, ", ", end,
+               ") is out of range for leading dimension ", rows, " of shape ", shape().to_string());
+  Shape::Dims dims(shape().begin(), shape().end());
+  dims[0] = end - begin;
+  return view(*this, Shape(dims), byte_offset() + static_cast<size_t>(begin) * row_bytes(*this));
+}
+
+Tensor Tensor::select(int64_t index, std::source_location where) const {
+  CallSiteScope site("select", where);
+  TANDEM_CHECK(rank() >= 1, "cannot index a scalar (rank 0)");
+  TANDEM_CHECK(0 <= index && index < shape()[0], "index ", index,
+               " is out of range for leading dimension ", shape()[0], " of shape ",
+               shape().to_string());
+  return view(*this, Shape(shape().dims().subspan(1)),
+              byte_offset() + static_cast<size_t>(index) * row_bytes(*this));
+}
+
+void Tensor::wait_to_read(std::source_location where) const {
+  CallSiteScope site("wait_to_read", where);
+  engine::current().wait(var());
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector(std::source_location where) const {
+  CallSiteScope site("to_vector", where);
+  check_dtype<T>(*this, "to_vector");
+  engine::current().wait(var());
+  const T* begin = static_cast<const T*>(raw_data());
+  return std::vector<T>(begin, begin + numel());
+}
+
+template <class T>
+T Tensor::item(std::source_location where) const {
+  CallSiteScope site("item", where);
+  TANDEM_CHECK(numel() == 1, "item() needs exactly one element, the tensor has shape ",
+               shape().to_string());
+  check_dtype<T>(*this, "item");
+  engine::current().wait(var());
+  return *static_cast<const T*>(raw_data());
+}
+
+std::string Tensor::to_string() const {
+  if (!defined()) return "Tensor(undefined)";
+  engine::current().wait(var());
+  std::string out = str_cat("Tensor", shape().to_string(), " ", dtype_name(dtype()), " ",
+                            device().to_string(), "\n");
+  append_values(out, *this, 0, 0, numel() > kSummaryThreshold);
+  return out;
+}
+
+#define TANDEM_INSTANTIATE_ELEMENT_TYPE(T)                                                  \
+  template Tensor Tensor::from_vector<T>(absl::Span<const T>, Shape, std::source_location); \
+  template T* Tensor::data<T>() const;                                                      \
+  template std::vector<T> Tensor::to_vector<T>(std::source_location) const;                 \
+  template T Tensor::item<T>(std::source_location) const;
+
+TANDEM_INSTANTIATE_ELEMENT_TYPE(float)
+TANDEM_INSTANTIATE_ELEMENT_TYPE(double)
+TANDEM_INSTANTIATE_ELEMENT_TYPE(Half)
+TANDEM_INSTANTIATE_ELEMENT_TYPE(BFloat16)
+TANDEM_INSTANTIATE_ELEMENT_TYPE(int32_t)
+TANDEM_INSTANTIATE_ELEMENT_TYPE(int64_t)
+TANDEM_INSTANTIATE_ELEMENT_TYPE(uint8_t)
+TANDEM_INSTANTIATE_ELEMENT_TYPE(bool)
+#undef TANDEM_INSTANTIATE_ELEMENT_TYPE
+
+}  // namespace tandem

@@ -1,0 +1,133 @@
+// Tensor: a cheap, reference-counted handle on an n-dimensional array.
+//
+//   using tandem::Tensor;
+//   Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+//   x.shape();                  // [2, 3], known at once, never waits
+//   Tensor row = x[1];          // view of [4, 5, 6]: same storage, same var
+//   Tensor flat = x.reshape({-1});
+//   row.to_vector<float>();     // waits for pending writes, then copies out
+//
+// Copying a Tensor copies the handle, not the data (like torch::Tensor). A
+// tensor's elements are contiguous and row-major, starting `byte_offset()`
+// bytes into its Storage; views share the storage and hence the engine var,
+// so the engine orders every op on any of them.
+//
+// Reading values (`to_vector`, `item`, `to_string`) waits for the ops that
+// write the tensor and rethrows their failure, if any. `data<T>()` does not
+// wait: it is for kernels, which the engine runs only when their inputs are
+// ready.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/types/span.h"
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace tandem {
+
+// The state a Tensor handle shares. Later layers (autograd, tracing) attach
+// their own per-tensor data here.
+struct TensorImpl {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  std::shared_ptr<Storage> storage;
+  size_t byte_offset = 0;
+};
+
+class Tensor {
+ public:
+  // An undefined tensor: no storage; most methods throw on it.
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Uninitialized memory of the given shape.
+  static Tensor empty(Shape shape, DType dtype = DType::kFloat32, Device device = Device::cpu());
+
+  // A new CPU tensor holding a copy of `values`; throws if their count does
+  // not match `shape`. T is one of the element types of dtype.h.
+  template <class T>
+  static Tensor from_vector(absl::Span<const T> values, Shape shape,
+                            std::source_location where = std::source_location::current());
+  template <class T>
+  static Tensor from_vector(std::initializer_list<T> values, Shape shape,
+                            std::source_location where = std::source_location::current()) {
+    return from_vector(absl::Span<const T>(values.begin(), values.size()), std::move(shape), where);
+  }
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& values, Shape shape,
+                            std::source_location where = std::source_location::current()) {
+    if constexpr (std::is_same_v<T, bool>) {
+      // std::vector<bool> packs bits; unpack into one byte per element.
+      std::unique_ptr<bool[]> bytes(new bool[values.size()]);
+      std::copy(values.begin(), values.end(), bytes.get());
+      return from_vector(absl::Span<const bool>(bytes.get(), values.size()), std::move(shape),
+                         where);
+    } else {
+      return from_vector(absl::Span<const T>(values), std::move(shape), where);
+    }
+  }
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  int rank() const { return shape().rank(); }
+  int64_t numel() const { return shape().numel(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  size_t byte_offset() const { return impl().byte_offset; }
+  engine::Var* var() const { return impl().storage->var(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  // The first element, without waiting (see the header comment).
+  void* raw_data() const;
+  // Typed `raw_data()`; throws if T does not match the dtype.
+  template <class T>
+  T* data() const;
+
+  // A view with a new shape of the same element count; one dimension may be
+  // -1 and is then inferred.
+  Tensor reshape(absl::Span<const int64_t> dims,
+                 std::source_location where = std::source_location::current()) const;
+  // A view of rows [begin, end) of the leading axis.
+  Tensor slice(int64_t begin, int64_t end,
+               std::source_location where = std::source_location::current()) const;
+  // A view of row `index` of the leading axis, which it drops.
+  Tensor select(int64_t index, std::source_location where = std::source_location::current()) const;
+  // select(index); its errors carry no source line (an operator cannot take one).
+  Tensor operator[](int64_t index) const { return select(index, std::source_location{}); }
+
+  // Blocks until every pushed write of this tensor's storage has finished;
+  // throws the failure of the op that produced it, if any.
+  void wait_to_read(std::source_location where = std::source_location::current()) const;
+
+  // Waits, then copies the elements out; T must match the dtype.
+  template <class T>
+  std::vector<T> to_vector(std::source_location where = std::source_location::current()) const;
+  // Waits, then returns the only element; throws unless numel() == 1.
+  template <class T>
+  T item(std::source_location where = std::source_location::current()) const;
+
+  // Waits, then formats shape, dtype, device and (a summary of) the values.
+  std::string to_string() const;
+
+ private:
+  const TensorImpl& impl() const;
+
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+}  // namespace tandem
