@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/engine/engine.h"
+#include "core/engine/object_pool.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -14,8 +15,14 @@ void check_dtype(const Tensor& t, const char* what) {
                ">: the tensor has dtype ", dtype_name(t.dtype()));
 }
 
+// Handles are created on the frontend and mostly released on workers (by op
+// closures); the pool serves that pattern without malloc's cross-thread cost.
+std::shared_ptr<TensorImpl> new_impl() {
+  return std::allocate_shared<TensorImpl>(engine::PoolAllocator<TensorImpl>());
+}
+
 Tensor view(const Tensor& base, Shape shape, size_t byte_offset) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_impl();
   impl->shape = std::move(shape);
   impl->dtype = base.dtype();
   impl->storage = base.storage();
@@ -95,10 +102,10 @@ const TensorImpl& Tensor::impl() const {
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_impl();
   size_t nbytes = static_cast<size_t>(
       checked_mul(shape.numel(), static_cast<int64_t>(dtype_size(dtype)), "tensor byte size"));
-  impl->storage = std::make_shared<Storage>(nbytes, device);
+  impl->storage = std::allocate_shared<Storage>(engine::PoolAllocator<Storage>(), nbytes, device);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));

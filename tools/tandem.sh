@@ -8,6 +8,12 @@ cd "$ROOT"
 
 JOBS="${TANDEM_JOBS:-2}"
 
+# CI builds a fresh clone in a new folder each time: make ccache key on paths relative to the
+# checkout (and ignore the working directory that -g builds would hash), so those builds hit the
+# cache that earlier runs on this machine filled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+
 # Everything the project builds against, now or soon (oneDNN and nlohmann-json are installed
 # ahead of the modules that use them so that adding those modules needs no CI change).
 # clang + libclang-rt give a second compiler with its own sanitizer runtimes.

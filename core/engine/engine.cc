@@ -70,7 +70,7 @@ void install_locked(Global& g, EngineKind kind, EngineOptions options) {
 
 }  // namespace
 
-Var* new_var() { return new Var; }
+Var* new_var() { return Var::create(); }
 
 std::unique_ptr<Engine> make_engine(EngineKind kind, EngineOptions options) {
   if (kind == EngineKind::kNaive) return std::make_unique<NaiveEngine>();

@@ -1,6 +1,7 @@
 #include "core/engine/naive_engine.h"
 
 #include "core/engine/failure.h"
+#include "core/engine/running_op.h"
 #include "core/engine/var.h"
 #include "core/error.h"
 #include "core/profiler.h"
@@ -27,6 +28,7 @@ void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
   int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
   std::shared_ptr<const Error> failure;
   try {
+    RunningOpScope running(name);
     fn(RunContext{device, 0});
   } catch (...) {
     failure = capture_failure(name, where);
@@ -38,14 +40,17 @@ void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
 }
 
 void NaiveEngine::wait(Var* var) {
+  refuse_wait_inside_op("wait()");
   std::lock_guard lock(mu_);
   if (var->failure) throw Error(*var->failure);
 }
 
+void NaiveEngine::wait_all() { refuse_wait_inside_op("wait_all()"); }
+
 void NaiveEngine::delete_var(Var* var, OpFn on_delete) {
   std::lock_guard lock(mu_);
   if (on_delete) on_delete(RunContext{});
-  delete var;
+  Var::destroy(var);
 }
 
 }  // namespace tandem::engine

@@ -15,7 +15,7 @@ namespace tandem::engine {
 class NaiveEngine final : public Engine {
  public:
   void wait(Var* var) override;
-  void wait_all() override {}
+  void wait_all() override;
   void delete_var(Var* var, OpFn on_delete) override;
   void shutdown(ShutdownMode) override {}
   EngineKind kind() const override { return EngineKind::kNaive; }

@@ -1,4 +1,4 @@
-// ObjectPool<T>: recycled objects for the engine's hot path.
+// ObjectPool<T> and PoolAllocator<T>: recycled memory for the hot path.
 //
 //   OpRecord* op = ObjectPool<OpRecord>::create();
 //   ...
@@ -16,6 +16,7 @@
 // in flight.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -27,27 +28,19 @@
 
 namespace tandem::engine {
 
-template <class T>
-class ObjectPool {
+// Raw slots of kSize bytes aligned to kAlign; the storage behind ObjectPool
+// and PoolAllocator. Every type of the same size and alignment shares one.
+template <size_t kSize, size_t kAlign>
+class SlotPool {
  public:
-  template <class... Args>
-  static T* create(Args&&... args) {
-    void* slot = local().take();
-    return new (slot) T(std::forward<Args>(args)...);
-  }
-
-  static void destroy(T* object) {
-    object->~T();
-    local().give(object);
-  }
+  static void* take() { return local().take(); }
+  static void give(void* slot) { local().give(slot); }
 
  private:
   static constexpr size_t kBatch = 64;
 
-  union Slot {
-    Slot() {}
-    ~Slot() {}
-    alignas(T) unsigned char bytes[sizeof(T)];
+  struct alignas(kAlign) Slot {
+    unsigned char bytes[kSize];
   };
 
   // The shared free list and the chunks every slot comes from.
@@ -106,6 +99,51 @@ class ObjectPool {
   static LocalCache& local() {
     thread_local LocalCache cache;
     return cache;
+  }
+};
+
+template <class T>
+class ObjectPool {
+ public:
+  template <class... Args>
+  static T* create(Args&&... args) {
+    return new (Slots::take()) T(std::forward<Args>(args)...);
+  }
+
+  static void destroy(T* object) {
+    object->~T();
+    Slots::give(object);
+  }
+
+ private:
+  using Slots = SlotPool<sizeof(T), alignof(T)>;
+};
+
+// A standard allocator over SlotPool, for std::allocate_shared: tensors are
+// created on the frontend and usually freed on a worker, the pattern the
+// pool is made for.
+template <class T>
+struct PoolAllocator {
+  using value_type = T;
+
+  PoolAllocator() = default;
+  template <class U>
+  PoolAllocator(const PoolAllocator<U>&) {}  // NOLINT(google-explicit-constructor): rebinding.
+
+  T* allocate(size_t n) {
+    if (n == 1) return static_cast<T*>(SlotPool<sizeof(T), alignof(T)>::take());
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, size_t n) {
+    if (n == 1) {
+      SlotPool<sizeof(T), alignof(T)>::give(p);
+    } else {
+      std::allocator<T>().deallocate(p, n);
+    }
+  }
+  template <class U>
+  bool operator==(const PoolAllocator<U>&) const {
+    return true;
   }
 };
 

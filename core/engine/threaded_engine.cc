@@ -5,6 +5,7 @@
 
 #include "core/engine/failure.h"
 #include "core/engine/object_pool.h"
+#include "core/engine/running_op.h"
 #include "core/profiler.h"
 #include "core/spinlock.h"
 
@@ -155,6 +156,7 @@ OpRecord* ThreadedEngine::run(OpRecord* op, const RunContext& context) {
   if (!failure) {
     int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
     try {
+      RunningOpScope running(op->name);
       op->fn(context);
     } catch (...) {
       failure = capture_failure(op->name, op->where);
@@ -202,6 +204,7 @@ void ThreadedEngine::finish_wait(OpRecord* op) {
 }
 
 void ThreadedEngine::wait(Var* var) {
+  refuse_wait_inside_op("wait()");
   int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
   std::shared_ptr<const Error> failure;
   if (var->readable_now()) {
@@ -220,6 +223,7 @@ void ThreadedEngine::wait(Var* var) {
     for (int i = 0; i < kWaitPolls && state.done.load(std::memory_order_acquire) == 0; ++i) {
       cpu_relax();
     }
+    if (state.done.load(std::memory_order_acquire) == 0) cpu_pool_->share_work();
     while (state.done.load(std::memory_order_acquire) == 0) state.done.wait(0);
     failure = std::move(state.failure);
   }
@@ -229,7 +233,9 @@ void ThreadedEngine::wait(Var* var) {
 }
 
 void ThreadedEngine::wait_all() {
+  refuse_wait_inside_op("wait_all()");
   int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
+  if (pending_ops_.load(std::memory_order_acquire) != 0) cpu_pool_->share_work();
   for (int64_t pending; (pending = pending_ops_.load(std::memory_order_acquire)) != 0;) {
     pending_ops_.wait(pending, std::memory_order_acquire);
   }
@@ -263,7 +269,7 @@ void ThreadedEngine::delete_var(Var* var, OpFn on_delete) {
   if (var->idle()) {
     // Nothing queued, and the caller guarantees nothing will be: free now.
     if (on_delete) on_delete(RunContext{});
-    delete var;
+    Var::destroy(var);
     return;
   }
   // Not push(): vars are deleted while shutdown drains the last ops too.

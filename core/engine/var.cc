@@ -13,6 +13,10 @@ struct Var::Block {
 
 using BlockPool = ObjectPool<Var::Block>;
 
+Var* Var::create() { return ObjectPool<Var>::create(); }
+
+void Var::destroy(Var* var) { ObjectPool<Var>::destroy(var); }
+
 Var::Var() : tail_(BlockPool::create()) {}
 
 Var::~Var() { BlockPool::destroy(tail_); }
@@ -99,7 +103,7 @@ bool Var::complete_write(ReadyOps& ready) {
     block = next;
   }
   if (to_delete_) {
-    delete this;
+    destroy(this);
     return true;
   }
   for (OpRecord* op : started) {

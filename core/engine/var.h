@@ -37,6 +37,10 @@ using ReadyOps = absl::InlinedVector<OpRecord*, 8>;
 
 class Var {
  public:
+  // Vars come from a pool (see object_pool.h); create and destroy them here.
+  static Var* create();
+  static void destroy(Var* var);
+
   Var();
   ~Var();
   Var(const Var&) = delete;

@@ -40,8 +40,9 @@ void WorkerPool::submit(OpRecord* op) {
   if (spinning_.load() == 0 && sleeping_.load() == size()) wake_one();
 }
 
-void WorkerPool::keep_a_poller() {
-  if (spinning_.load(std::memory_order_relaxed) == 0 &&
+void WorkerPool::share_work() {
+  if (queued_.load(std::memory_order_relaxed) > 0 &&
+      spinning_.load(std::memory_order_relaxed) == 0 &&
       sleeping_.load(std::memory_order_relaxed) > 0) {
     wake_one();
   }
@@ -96,7 +97,7 @@ void WorkerPool::work(int index) {
   RunContext context{device_, index};
   while (OpRecord* op = next_op()) {
     while (op) {
-      keep_a_poller();
+      share_work();
       op = runner_(op, context);
     }
   }

@@ -3,18 +3,20 @@
 //
 // Note [Waking workers]
 // Waking a sleeping thread costs a futex call on both sides (microseconds on
-// a virtual machine), far more than a small op. So:
+// a virtual machine), far more than a small op, so wake-ups are kept off the
+// path of a single op and out of the frontend's push where possible:
 // * A worker that runs out of work first polls the queue for a while
 //   (kSpinNanos) before it sleeps. At most one worker polls at a time: on a
 //   machine with as many workers as cores, a second poller would take the
 //   core the frontend needs to push.
-// * A worker about to run an op makes sure somebody else can take the next
-//   one: if no worker polls and one sleeps, it wakes it (`keep_a_poller`).
-//   So an op pushed while every awake worker is busy, even with one long op,
-//   is picked up at once, and the cost of the wake-up lands on a worker.
-// * `submit` (the frontend's push) makes a system call only when every
-//   worker is asleep; otherwise an awake worker, or the poller it keeps,
-//   takes the op.
+// * `submit` (the frontend's push) wakes a worker only when every worker is
+//   asleep; otherwise an awake worker will take the op.
+// * A worker about to run an op wakes a sleeper if other ops are queued and
+//   no worker polls (`share_work`), so independent ops spread over workers.
+// * A frontend about to block in a wait calls `share_work` too: an op it
+//   pushed while every awake worker was busy gets a worker of its own.
+// What is left: an op pushed while the only awake worker runs a long op
+// waits for that op to end, unless the frontend waits first.
 #pragma once
 
 #include <atomic>
@@ -41,6 +43,9 @@ class WorkerPool {
   ~WorkerPool();  // Joins the workers; the queue must be empty by then.
 
   void submit(OpRecord* op);
+  // Wakes a sleeper if ops are queued and no worker polls; see Note [Waking
+  // workers]. Called by workers, and by the frontend before it blocks.
+  void share_work();
   int size() const { return static_cast<int>(threads_.size()); }
 
  private:
@@ -51,8 +56,6 @@ class WorkerPool {
   OpRecord* try_pop();
   // Polls the queue for up to kSpinNanos; null if nothing came.
   OpRecord* poll();
-  // Wakes a sleeper to poll if none polls; see Note [Waking workers].
-  void keep_a_poller();
   void wake_one();
 
   const Device device_;

@@ -165,6 +165,22 @@ TEST_P(EngineFailureTest, UnknownDeviceFailsAtPush) {
   }
 }
 
+// Verifies that an op which waits for other ops fails with an Error naming
+// it, on every engine, instead of deadlocking its worker.
+TEST_P(EngineFailureTest, WaitInsideAnOpIsRefused) {
+  VarSet v(*engine_, 2);
+  Engine* engine = engine_.get();
+  push_allowing_failure([engine, &v](const RunContext&) { engine->wait(v[0]); }, {}, {v[1]},
+                        "impatient_op");
+  Error e = wait_error(v[1]);
+  EXPECT_EQ(e.op(), "impatient_op");
+  EXPECT_THAT(e.message(), HasSubstr("from inside op 'impatient_op'"));
+  try {
+    engine_->wait_all();
+  } catch (const Error&) {
+  }
+}
+
 // A random program in which some ops fail. Verifies, against a sequential
 // interpretation, that exactly the vars downstream of a failure are failed,
 // each naming the op whose failure reached it; that skipped kernels never

@@ -1,0 +1,61 @@
+// The push path allocates nothing in a steady state: op records, dependency
+// blocks and vars come from pools, var lists and closures are stored inline.
+// This executable counts every operator new to check it.
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "tests/core/engine/engine_test_util.h"
+
+namespace {
+std::atomic<int64_t> allocations{0};
+void* volatile probe_sink;  // Keeps the probe allocation from being optimized out.
+}  // namespace
+
+void* operator new(size_t size) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace tandem::engine::testing {
+namespace {
+
+class EngineAllocationTest : public ::testing::TestWithParam<EngineConfig> {};
+
+// Verifies that 10^4 pushes of ops with a small closure, after a warm-up,
+// make (almost) no heap allocation; what remains is the pools growing when
+// the threads' caches happen to be uneven, a few times per 10^4 ops.
+TEST_P(EngineAllocationTest, PushAllocatesNothingInSteadyState) {
+  auto engine = GetParam().make();
+  VarSet v(*engine, 8);
+  int64_t sink[8] = {};
+  auto push_round = [&](int ops) {
+    for (int i = 0; i < ops; ++i) {
+      int a = i % 8, b = (i * 3 + 1) % 8;
+      engine->push([&sink, a, b](const RunContext&) { sink[b] += sink[a]; }, Device::cpu(), {v[a]},
+                   {v[b]}, "small_op");
+    }
+    engine->wait_all();
+  };
+  int64_t probe = allocations.load();
+  std::vector<int> counted(10);
+  probe_sink = counted.data();
+  ASSERT_EQ(allocations.load() - probe, 1) << "operator new is not being counted";
+
+  push_round(20'000);  // Warm-up: pools and queues reach their working size.
+  int64_t before = allocations.load();
+  push_round(10'000);
+  int64_t during = allocations.load() - before;
+  EXPECT_LT(during, 100) << during << " heap allocations for 10^4 pushes";
+  RecordProperty("allocations", static_cast<int>(during));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, EngineAllocationTest, ::testing::ValuesIn(all_configs()),
+                         config_name);
+
+}  // namespace
+}  // namespace tandem::engine::testing
