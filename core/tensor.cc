@@ -180,6 +180,18 @@ Tensor Tensor::select(int64_t index, std::source_location where) const {
               byte_offset() + static_cast<size_t>(index) * row_bytes(*this));
 }
 
+Tensor Tensor::snapshot() const { return view(*this, shape(), byte_offset()); }
+
+void Tensor::assign_(const Tensor& value, std::source_location where) const {
+  CallSiteScope site("assign_", where);
+  TANDEM_CHECK(value.shape() == shape() && value.dtype() == dtype() && value.device() == device(),
+               "cannot assign a ", dtype_name(value.dtype()), value.shape().to_string(), " ",
+               value.device().to_string(), " tensor to a ", dtype_name(dtype()),
+               shape().to_string(), " ", device().to_string(), " one");
+  impl_->storage = value.storage();
+  impl_->byte_offset = value.byte_offset();
+}
+
 void Tensor::wait_to_read(std::source_location where) const {
   CallSiteScope site("wait_to_read", where);
   engine::current().wait(var());

@@ -37,13 +37,17 @@
 
 namespace tandem {
 
-// The state a Tensor handle shares. Later layers (autograd, tracing) attach
-// their own per-tensor data here.
+// Per-tensor autograd state; defined by eager/ (autograd.h), which alone
+// creates it. Null for tensors that take no part in autograd.
+struct AutogradMeta;
+
+// The state a Tensor handle shares.
 struct TensorImpl {
   Shape shape;
   DType dtype = DType::kFloat32;
   std::shared_ptr<Storage> storage;
   size_t byte_offset = 0;
+  std::shared_ptr<AutogradMeta> autograd;
 };
 
 class Tensor {
@@ -110,6 +114,18 @@ class Tensor {
   // select(index); its errors carry no source line (an operator cannot take one).
   Tensor operator[](int64_t index) const { return select(index, std::source_location{}); }
 
+  // A new handle on the data this tensor refers to now (same storage, offset,
+  // shape and dtype, no autograd state): later assign_ calls on this tensor
+  // do not move it. Dispatch gives kernels snapshots for that reason.
+  Tensor snapshot() const;
+
+  // Makes this tensor (and every handle sharing it) refer to `value`'s data,
+  // keeping its autograd state: how optimizers update parameters in place.
+  // Shapes, dtypes and devices must match. Ops already pushed keep the data
+  // they were given.
+  void assign_(const Tensor& value,
+               std::source_location where = std::source_location::current()) const;
+
   // Blocks until every pushed write of this tensor's storage has finished;
   // throws the failure of the op that produced it, if any.
   void wait_to_read(std::source_location where = std::source_location::current()) const;
@@ -123,6 +139,30 @@ class Tensor {
 
   // Waits, then formats shape, dtype, device and (a summary of) the values.
   std::string to_string() const;
+
+  // Autograd, as in PyTorch. Implemented by eager/autograd.cc: a program
+  // that calls these links tandem::eager (tandem::tandem includes it).
+  //
+  //   Tensor w = tandem::randn({3, 2}).requires_grad_();
+  //   Tensor loss = tandem::sum(tandem::matmul(x, w));
+  //   loss.backward();
+  //   w.grad();  // d loss / d w
+  //
+  // Marks a floating-point leaf tensor as needing its gradient.
+  Tensor& requires_grad_(bool requires_grad = true);
+  // True for leaves marked so, and for results of differentiable ops on them.
+  bool requires_grad() const;
+  // The gradient accumulated in a leaf by backward(); undefined before.
+  Tensor grad() const;
+  // Clears a leaf's accumulated gradient.
+  void zero_grad_() const;
+  // Back-propagates from this tensor (a scalar unless `gradient` is given)
+  // into every leaf that requires grad, accumulating into their grad().
+  // The graph is freed afterwards unless `retain_graph`; a second backward
+  // through a freed graph is a tandem::Error.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // The same data, cut from the graph: no grad_fn, not requiring grad.
+  Tensor detach() const;
 
  private:
   const TensorImpl& impl() const;

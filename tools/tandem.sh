@@ -22,6 +22,7 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   libdnnl-dev nlohmann-json3-dev
   clang-format clang libclang-rt-14-dev
+  dataset-fashion-mnist
 )
 
 usage() {
@@ -33,7 +34,7 @@ usage: tools/tandem.sh <command> [args]
                     release -> build/release   optimized, everything
                     asan    -> build/asan      ASan+UBSan, Debug -O1, no benchmarks
                     tsan    -> build/tsan      TSan, Debug -O1, only engine_tests
-  demo [args]     build release and run tutorials/01_async_engine with args
+  demo [args]     build release and train the Fashion-MNIST CNN (tutorials/02_train_fashion_mnist)
   test            the full CI suite: release+ctest, check-format, install+consumer,
                   asan+ctest, tsan+ctest (engine label); prints a timed summary
   bench [args]    build release and run every build/release/bench/bench_* with args
@@ -127,7 +128,7 @@ cmd_build() {
 
 cmd_demo() {
   cmd_build release
-  exec build/release/tutorials/01_async_engine "$@"
+  exec build/release/tutorials/02_train_fashion_mnist "$@"
 }
 
 cmd_bench() {

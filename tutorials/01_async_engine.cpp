@@ -16,10 +16,10 @@
 //       # then open trace.json in ui.perfetto.dev: pushes on the frontend
 //       # thread, executions on "cpu worker N", joined by arrows.
 //
-// There are no math ops yet, so `mul` and `add_scalar` below push their
-// kernels straight through the engine API, as every op will do internally.
-// When the op registry lands they become tandem::mul(a, b) and
-// tandem::add(a, c), with the same behaviour.
+// Steps 1, 2 and 4 push small hand-written kernels straight through the
+// engine API (traced_mul, traced_add, checked_sqrt), the way every op does
+// internally, so that they can record where they ran or fail on purpose.
+// Step 3 uses the real op, tandem::add.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -77,8 +77,8 @@ void note_end(RunInfo* info) {
 // out = a * b, elementwise. The op reads a and b and writes out; the engine
 // runs it once every earlier write of a and b has finished. `where` is the
 // caller's line, which an error will name.
-Tensor mul(const Tensor& a, const Tensor& b, RunInfo* info = nullptr,
-           std::source_location where = std::source_location::current()) {
+Tensor traced_mul(const Tensor& a, const Tensor& b, RunInfo* info = nullptr,
+                  std::source_location where = std::source_location::current()) {
   Tensor out = Tensor::empty(a.shape());
   auto kernel = [a, b, out, info](const RunContext& context) {
     note_begin(info, context);
@@ -93,7 +93,7 @@ Tensor mul(const Tensor& a, const Tensor& b, RunInfo* info = nullptr,
 }
 
 // out = a + c, elementwise.
-Tensor add_scalar(const Tensor& a, float c, RunInfo* info = nullptr,
+Tensor traced_add(const Tensor& a, float c, RunInfo* info = nullptr,
                   std::source_location where = std::source_location::current()) {
   Tensor out = Tensor::empty(a.shape());
   auto kernel = [a, c, out, info](const RunContext& context) {
@@ -156,9 +156,9 @@ int main(int argc, char** argv) {
   RunInfo mul_info, add_info;
   mul_info.work = add_info.work = work;
   double begin = now_ms();
-  Tensor t = mul(x, y, &mul_info);
+  Tensor t = traced_mul(x, y, &mul_info);
   std::printf("   %7.2f ms  push mul returned\n", now_ms() - begin);
-  Tensor z = add_scalar(t, 2, &add_info);
+  Tensor z = traced_add(t, 2, &add_info);
   std::printf("   %7.2f ms  push add returned; z.shape() = %s is known without waiting\n",
               now_ms() - begin, z.shape().to_string().c_str());
   std::string z_values = values(z);  // Reading blocks until mul, then add, have run.
@@ -181,13 +181,13 @@ int main(int argc, char** argv) {
   Tensor out;
   double sync_ms = time_ms([&] {
     for (int i = 0; i < n; ++i) {
-      out = add_scalar(one, 1);
+      out = tandem::add(one, 1);
       out.wait_to_read();  // Blocks until this op has run.
     }
   });
   double async_ms = time_ms([&] {
-    for (int i = 0; i < n; ++i) out = add_scalar(one, 1);  // Only pushes.
-    out.wait_to_read();                                    // One wait for the last op.
+    for (int i = 0; i < n; ++i) out = tandem::add(one, 1);  // Only pushes.
+    out.wait_to_read();                                     // One wait for the last op.
   });
   std::printf("   sync  (wait after each op): %8.2f ms, %6.2f us/op\n", sync_ms, 1e3 * sync_ms / n);
   std::printf("   async (wait once at the end): %6.2f ms, %6.2f us/op, %.1fx faster\n", async_ms,
@@ -201,8 +201,8 @@ int main(int argc, char** argv) {
   std::printf("4. An op that fails on a worker thread\n");
   Tensor negative = Tensor::from_vector(std::vector<float>{4, -1}, {2});
   try {
-    Tensor root = checked_sqrt(negative);  // The error will name this line.
-    Tensor shifted = add_scalar(root, 1);  // Reads a failed tensor: skipped, failure passed on.
+    Tensor root = checked_sqrt(negative);   // The error will name this line.
+    Tensor shifted = tandem::add(root, 1);  // Reads a failed tensor: skipped, failure passed on.
     std::printf("   both pushes returned normally\n");
     shifted.wait_to_read();  // The error surfaces here (at the push with TANDEM_ENGINE=naive).
   } catch (const tandem::Error& e) {
@@ -211,13 +211,13 @@ int main(int argc, char** argv) {
                 tandem::format_location(e.where()).c_str());
   }
   std::printf("   the engine keeps working: x * y + 2 = %s\n\n",
-              values(add_scalar(mul(x, y), 2)).c_str());
+              values(tandem::add(tandem::mul(x, y), 2)).c_str());
 
   // Step 5: the naive engine runs each op inside push, on the caller's thread.
   std::printf("5. The naive engine (or TANDEM_ENGINE=naive): each op runs inside push\n");
   tandem::engine::set_engine_kind(EngineKind::kNaive);
   RunInfo naive_info;
-  Tensor naive_z = add_scalar(mul(x, y), 2, &naive_info);
+  Tensor naive_z = traced_add(traced_mul(x, y), 2, &naive_info);
   std::printf("   add ran on worker %d, thread %s: the main thread\n", naive_info.worker,
               thread_name(naive_info.thread).c_str());
   try {

@@ -89,6 +89,11 @@ Engine& current() {
   return *g.engine.load(std::memory_order_relaxed);
 }
 
+void finish_before_exit() {
+  current();
+  std::atexit(shut_down_at_exit);
+}
+
 void configure(EngineKind kind, EngineOptions options) {
   Engine& old = current();
   old.wait_all();  // Throws pending failures before anything changes.

@@ -122,6 +122,13 @@ std::unique_ptr<Engine> make_engine(EngineKind kind, EngineOptions options = {})
 // shut down (finishing pending work) at exit.
 Engine& current();
 
+// Makes sure the process-wide engine finishes its pending work before static
+// state constructed so far is destroyed at exit. The engine arranges this for
+// itself when it starts; a library whose kernels rely on static state it
+// creates later (oneDNN's primitive cache, say) calls this once after creating
+// it, since exit destroys statics in reverse order of construction.
+void finish_before_exit();
+
 // Replaces the process-wide engine. Waits for all pending work first and, if
 // any of it failed, throws that failure without switching. Call it while no
 // other thread pushes ops.

@@ -33,8 +33,14 @@ namespace tandem::engine {
 template <size_t kSize, size_t kAlign>
 class SlotPool {
  public:
-  static void* take() { return local().take(); }
-  static void give(void* slot) { local().give(slot); }
+  static void* take() { return cache_destroyed ? shared().take_one() : local().take(); }
+  static void give(void* slot) {
+    if (cache_destroyed) {
+      shared().give_one(slot);
+    } else {
+      local().give(slot);
+    }
+  }
 
  private:
   static constexpr size_t kBatch = 64;
@@ -61,6 +67,20 @@ class SlotPool {
       free.resize(free.size() - n);
     }
 
+    // Single slots, for threads whose cache is gone (see `cache_destroyed`).
+    void* take_one() {
+      std::vector<void*> one;
+      take_batch(one);
+      void* slot = one.back();
+      one.pop_back();
+      give_batch(one, one.size());
+      return slot;
+    }
+    void give_one(void* slot) {
+      std::lock_guard lock(mu);
+      free.push_back(slot);
+    }
+
     void give_batch(std::vector<void*>& from, size_t n) {
       std::lock_guard lock(mu);
       free.insert(free.end(), from.end() - n, from.end());
@@ -74,6 +94,7 @@ class SlotPool {
     LocalCache() { free.reserve(2 * kBatch + 1); }
     ~LocalCache() {
       if (!free.empty()) shared().give_batch(free, free.size());
+      cache_destroyed = true;
     }
 
     void* take() {
@@ -95,6 +116,12 @@ class SlotPool {
     static Shared* instance = new Shared;
     return *instance;
   }
+
+  // Set when this thread's cache has been destroyed (thread exit, or static
+  // destruction on the main thread) while objects may still be freed later,
+  // e.g. by static tensors: from then on this thread uses the shared list.
+  // A plain bool is trivially destructible, so it outlives the cache.
+  static inline thread_local bool cache_destroyed = false;
 
   static LocalCache& local() {
     thread_local LocalCache cache;

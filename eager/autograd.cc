@@ -1,0 +1,209 @@
+#include "eager/autograd.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+
+#include "core/error.h"
+#include "kernels/dispatch.h"
+
+namespace tandem {
+namespace {
+
+thread_local bool grad_enabled = true;
+
+const std::shared_ptr<AutogradMeta>& meta_of(const Tensor& t) { return t.impl_ptr()->autograd; }
+
+bool needs_grad(const Tensor& t) {
+  const auto& meta = meta_of(t);
+  return meta != nullptr && (meta->requires_grad || meta->grad_fn != nullptr);
+}
+
+// A handle on the same data with no autograd state: what nodes save, so that
+// a node never holds (through its outputs) the node that made them.
+Tensor detached(const Tensor& t) { return t.snapshot(); }
+
+// See Note [How the tape records].
+class Tape final : public kernels::DispatchObserver {
+ public:
+  void on_op(const kernels::OpDef& op, absl::Span<const Tensor> inputs,
+             absl::Span<const Tensor> outputs, const kernels::Attrs& attrs,
+             const std::source_location& where) override {
+    if (!grad_enabled || !op.differentiable) return;
+    if (std::none_of(inputs.begin(), inputs.end(), needs_grad)) return;
+    auto node = std::make_shared<AutogradNode>();
+    node->op = &op;
+    node->attrs = attrs;
+    node->where = where;
+    for (const Tensor& input : inputs) {
+      node->inputs.push_back(detached(input));
+      AutogradNode::Edge edge;
+      if (const auto& meta = meta_of(input)) {
+        if (meta->grad_fn) {
+          edge.node = meta->grad_fn;
+          edge.output_index = meta->output_index;
+        } else if (meta->requires_grad) {
+          edge.leaf = meta;
+        }
+      }
+      node->edges.push_back(std::move(edge));
+    }
+    node->num_outputs = static_cast<int>(outputs.size());
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      node->outputs.push_back(detached(outputs[k]));
+      if (!is_floating_point(outputs[k].dtype())) continue;  // No gradient through ints.
+      auto meta = std::make_shared<AutogradMeta>();
+      meta->grad_fn = node;
+      meta->output_index = static_cast<int>(k);
+      outputs[k].impl_ptr()->autograd = std::move(meta);
+    }
+  }
+};
+
+Tape& tape() {
+  static Tape* instance = [] {
+    auto* t = new Tape;  // Never destroyed: ops may run during exit.
+    kernels::add_process_observer(t);
+    return t;
+  }();
+  return *instance;
+}
+
+Tensor accumulate(const Tensor& sum, const Tensor& addend) {
+  return sum.defined() ? kernels::call1("add", {sum, addend}) : addend;
+}
+
+// Every node reachable from `root`, producers after their consumers. Holds
+// the nodes, so that releasing one node's edges during backward cannot free
+// a node still to be visited.
+std::vector<std::shared_ptr<AutogradNode>> reverse_topological_order(
+    const std::shared_ptr<AutogradNode>& root) {
+  std::vector<std::shared_ptr<AutogradNode>> postorder;
+  absl::flat_hash_map<AutogradNode*, bool> visited;
+  // Iterative DFS: deep graphs (long unrolled loops) must not overflow the stack.
+  std::vector<std::pair<std::shared_ptr<AutogradNode>, size_t>> stack{{root, 0}};
+  visited[root.get()] = true;
+  while (!stack.empty()) {
+    auto& [node, next_edge] = stack.back();
+    if (next_edge < node->edges.size()) {
+      std::shared_ptr<AutogradNode> child = node->edges[next_edge++].node;
+      if (child != nullptr && !visited[child.get()]) {
+        visited[child.get()] = true;
+        stack.push_back({std::move(child), 0});
+      }
+    } else {
+      postorder.push_back(std::move(node));
+      stack.pop_back();
+    }
+  }
+  std::reverse(postorder.begin(), postorder.end());
+  return postorder;
+}
+
+}  // namespace
+
+NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+bool grad_mode_enabled() { return grad_enabled; }
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  TANDEM_CHECK(is_floating_point(dtype()) || !requires_grad,
+               "only floating-point tensors can require grad, this one is ", dtype_name(dtype()));
+  auto& meta = impl_ptr()->autograd;
+  TANDEM_CHECK(meta == nullptr || meta->grad_fn == nullptr,
+               "requires_grad_() is for leaf tensors; this one is the result of op '",
+               meta ? meta->grad_fn->op->name : "", "' (use detach() to make a leaf)");
+  tape();  // Start recording on every thread.
+  if (!meta) meta = std::make_shared<AutogradMeta>();
+  meta->requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::requires_grad() const { return needs_grad(*this); }
+
+Tensor Tensor::grad() const {
+  const auto& meta = meta_of(*this);
+  return meta ? meta->grad : Tensor();
+}
+
+void Tensor::zero_grad_() const {
+  if (const auto& meta = meta_of(*this)) meta->grad = Tensor();
+}
+
+Tensor Tensor::detach() const { return detached(*this); }
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  const auto& meta = meta_of(*this);
+  TANDEM_CHECK(meta != nullptr && (meta->grad_fn || meta->requires_grad),
+               "backward() on a tensor that does not require grad: no input of the ops that "
+               "made it had requires_grad_()");
+  Tensor seed = gradient;
+  if (!seed.defined()) {
+    TANDEM_CHECK(numel() == 1, "backward() without a gradient needs a scalar, got shape ",
+                 shape().to_string(), "; pass the gradient of the output");
+    std::vector<int64_t> dims(shape().begin(), shape().end());
+    seed = kernels::call1("ones", {}, {{"shape", dims}, {"dtype", dtype()}});
+  }
+  TANDEM_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward(): the gradient has ",
+               "shape ", seed.shape().to_string(), " ", dtype_name(seed.dtype()), ", the tensor ",
+               shape().to_string(), " ", dtype_name(dtype()));
+  // Gradients are computed with ops but not recorded: no double backward yet.
+  NoGradGuard no_grad;
+  if (!meta->grad_fn) {  // A leaf: its gradient is the seed.
+    meta->grad = accumulate(meta->grad, seed);
+    return;
+  }
+  std::vector<std::shared_ptr<AutogradNode>> order = reverse_topological_order(meta->grad_fn);
+  absl::flat_hash_map<AutogradNode*, std::vector<Tensor>> grads;
+  grads[meta->grad_fn.get()].resize(meta->grad_fn->num_outputs);
+  grads[meta->grad_fn.get()][meta->output_index] = seed;
+
+  for (const std::shared_ptr<AutogradNode>& node_holder : order) {
+    AutogradNode* node = node_holder.get();
+    auto it = grads.find(node);
+    if (it == grads.end()) continue;  // Nothing flowed here (e.g. only through ints).
+    std::vector<Tensor> grad_outputs = std::move(it->second);
+    grads.erase(it);
+    if (node->released) {
+      throw Error(str_cat("backward through the graph a second time, but its saved tensors "
+                          "were freed by the first backward(); pass retain_graph=true to the "
+                          "first one (the node was recorded here)"),
+                  node->op->name, node->where);
+    }
+    grad_outputs.resize(node->num_outputs);
+    std::vector<Tensor> input_grads;
+    {
+      CallSiteScope site(node->op->name.c_str(), node->where);
+      input_grads = node->op->gradient(
+          kernels::GradContext{node->inputs, node->outputs, grad_outputs, node->attrs});
+    }
+    TANDEM_INTERNAL_ASSERT(input_grads.size() == node->inputs.size(), "gradient of '",
+                           node->op->name, "' returned ", input_grads.size(), " tensors for ",
+                           node->inputs.size(), " inputs");
+    for (size_t i = 0; i < node->edges.size(); ++i) {
+      const AutogradNode::Edge& edge = node->edges[i];
+      const Tensor& g = input_grads[i];
+      if (!g.defined()) continue;
+      TANDEM_INTERNAL_ASSERT(g.shape() == node->inputs[i].shape(), "gradient of '", node->op->name,
+                             "' for input ", i, " has shape ", g.shape().to_string(),
+                             ", the input ", node->inputs[i].shape().to_string());
+      if (edge.node) {
+        auto& slot = grads[edge.node.get()];
+        slot.resize(edge.node->num_outputs);
+        slot[edge.output_index] = accumulate(slot[edge.output_index], g);
+      } else if (edge.leaf) {
+        edge.leaf->grad = accumulate(edge.leaf->grad, g);
+      }
+    }
+    if (!retain_graph) {
+      // Free the saved tensors now, and the edges too, so that a long graph
+      // is torn down node by node here rather than by deep recursion later.
+      node->inputs.clear();
+      node->outputs.clear();
+      node->edges.clear();
+      node->released = true;
+    }
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,63 @@
+// nn::Conv2d: 2-d convolution over [N, C, H, W] input, as torch::nn::Conv2d.
+//
+//   auto conv = std::make_shared<nn::Conv2d>(3, 16, /*kernel=*/3, /*stride=*/1, /*padding=*/1);
+//   Tensor y = conv->forward(x);                 // [N, 3, 32, 32] -> [N, 16, 32, 32]
+//
+//   // Or by options, naming only what differs from the defaults:
+//   nn::Conv2d depthwise({.in_channels = 32, .out_channels = 32, .kernel_size = 3,
+//                         .padding = 1, .groups = 32});
+//
+// Parameters: "weight" [out, in / groups, kh, kw], initialized
+// kaiming_uniform_(a = sqrt(5)), i.e. uniform in +-1/sqrt(fan_in) with
+// fan_in = in / groups * kh * kw; and, when `bias`, "bias" [out], uniform in
+// +-1/sqrt(fan_in).
+// Output size per spatial axis: (size + 2 padding - dilation (k - 1) - 1) / stride + 1.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "eager/nn/module.h"
+#include "eager/nn/size2.h"
+
+namespace tandem::nn {
+
+struct Conv2dOptions {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  Size2 kernel_size;
+  Size2 stride = 1;
+  Size2 padding = 0;  // Zeros on each side.
+  Size2 dilation = 1;
+  // in_channels and out_channels must both be multiples of groups.
+  int64_t groups = 1;
+  bool bias = true;
+  DType dtype = DType::kFloat32;  // Of the parameters.
+};
+
+class Conv2d : public Module {
+ public:
+  explicit Conv2d(const Conv2dOptions& options);
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1,
+         Size2 padding = 0, Size2 dilation = 1, int64_t groups = 1, bool bias = true)
+      : Conv2d(Conv2dOptions{in_channels, out_channels, kernel_size, stride, padding, dilation,
+                             groups, bias}) {}
+
+  // x: [N, in_channels, H, W] -> [N, out_channels, H', W'].
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+  std::string extra_repr() const override;
+
+  const Conv2dOptions& options() const { return options_; }
+  const Tensor& weight() const { return weight_; }
+  // Undefined when options().bias is false.
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  Conv2dOptions options_;
+  Tensor weight_;
+  Tensor bias_;
+  Tensor zero_bias_;  // Stands in for bias_ when there is none; not a parameter.
+};
+
+}  // namespace tandem::nn

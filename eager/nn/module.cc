@@ -1,0 +1,201 @@
+#include "eager/nn/module.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_join.h"
+
+#include "core/error.h"
+#include "eager/autograd.h"
+
+namespace tandem::nn {
+namespace {
+
+bool is_leaf(const Tensor& t) {
+  const auto& meta = t.impl_ptr()->autograd;
+  return meta == nullptr || meta->grad_fn == nullptr;
+}
+
+std::string describe(const Tensor& t) {
+  return str_cat(dtype_name(t.dtype()), t.shape().to_string());
+}
+
+}  // namespace
+
+Tensor Module::forward(const Tensor&) {
+  throw Error(str_cat(type_name(), " has no single-input forward(); call its own methods"));
+}
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  TANDEM_CHECK(!name.empty(), type_name(), ": a ", what, " name may not be empty");
+  TANDEM_CHECK(name.find('.') == std::string::npos, type_name(), ": ", what, " name '", name,
+               "' may not contain '.' (dots join the names of nested modules)");
+  auto has = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
+  };
+  TANDEM_CHECK(!has(parameters_) && !has(buffers_) && !has(children_), type_name(),
+               ": cannot register ", what, " '", name,
+               "': a parameter, buffer or child of that name exists");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
+  check_new_name(name, "parameter");
+  TANDEM_CHECK(tensor.defined(), type_name(), ": parameter '", name, "' is an undefined tensor");
+  TANDEM_CHECK(is_floating_point(tensor.dtype()), type_name(), ": parameter '", name,
+               "' must be floating-point, got ", dtype_name(tensor.dtype()));
+  if (!is_leaf(tensor)) tensor = tensor.detach();
+  tensor.requires_grad_(requires_grad);
+  parameters_.emplace_back(name, tensor);
+  return tensor;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
+  check_new_name(name, "buffer");
+  TANDEM_CHECK(tensor.defined(), type_name(), ": buffer '", name, "' is an undefined tensor");
+  if (tensor.requires_grad()) tensor = tensor.detach();
+  buffers_.emplace_back(name, tensor);
+  return tensor;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  check_new_name(name, "module");
+  TANDEM_CHECK(module != nullptr, type_name(), ": child module '", name, "' is null");
+  children_.emplace_back(name, std::move(module));
+}
+
+void Module::collect(const std::string& prefix, bool params, bool buffers, bool dedup,
+                     NamedTensors& out, absl::flat_hash_set<const void*>& seen) const {
+  auto add = [&](const NamedTensors& list) {
+    for (const auto& [name, tensor] : list) {
+      const void* id = tensor.impl_ptr().get();
+      if (dedup) {
+        if (!seen.insert(id).second) continue;
+      }
+      out.emplace_back(prefix + name, tensor);
+    }
+  };
+  if (params) add(parameters_);
+  if (buffers) add(buffers_);
+  for (const auto& [name, child] : children_) {
+    child->collect(str_cat(prefix, name, "."), params, buffers, dedup, out, seen);
+  }
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  absl::flat_hash_set<const void*> seen;
+  collect("", true, false, true, out, seen);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& entry : named_parameters()) out.push_back(std::move(entry.second));
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  absl::flat_hash_set<const void*> seen;
+  collect("", false, true, true, out, seen);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out;
+  for (auto& entry : named_buffers()) out.push_back(std::move(entry.second));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
+  return children_;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (const auto& entry : children_) out.push_back(entry.second);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& entry : children_) entry.second->train(on);
+}
+
+void Module::zero_grad() {
+  for (const Tensor& p : parameters()) p.zero_grad_();
+}
+
+StateDict Module::state_dict() const {
+  NamedTensors all;
+  absl::flat_hash_set<const void*> seen;
+  collect("", true, true, false, all, seen);
+  StateDict out;
+  for (auto& [name, tensor] : all) out.insert(name, tensor.detach());
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& state, bool strict) {
+  NamedTensors targets;
+  absl::flat_hash_set<const void*> seen;
+  collect("", true, true, false, targets, seen);
+
+  // Check everything first, so that a failure changes nothing.
+  if (strict) {
+    std::vector<std::string> missing, unexpected;
+    absl::flat_hash_set<std::string> expected;
+    for (const auto& entry : targets) {
+      expected.insert(entry.first);
+      if (!state.contains(entry.first)) missing.push_back(entry.first);
+    }
+    for (const auto& entry : state) {
+      if (!expected.contains(entry.first)) unexpected.push_back(entry.first);
+    }
+    TANDEM_CHECK(missing.empty() && unexpected.empty(), "load_state_dict into ", type_name(), ": ",
+                 missing.empty() ? "" : "missing keys: ", absl::StrJoin(missing, ", "),
+                 !missing.empty() && !unexpected.empty() ? "; " : "",
+                 unexpected.empty() ? "" : "unexpected keys: ", absl::StrJoin(unexpected, ", "));
+  }
+  for (const auto& [name, target] : targets) {
+    if (!state.contains(name)) continue;
+    const Tensor& value = state.at(name);
+    TANDEM_CHECK(value.defined(), "load_state_dict: '", name, "' is an undefined tensor");
+    TANDEM_CHECK(value.shape() == target.shape() && value.dtype() == target.dtype(),
+                 "load_state_dict: '", name, "' is ", describe(value), " in the state dict but ",
+                 describe(target), " in the model");
+    TANDEM_CHECK(value.device() == target.device(), "load_state_dict: '", name, "' is on ",
+                 value.device().to_string(), " in the state dict but on ",
+                 target.device().to_string(), " in the model");
+  }
+  NoGradGuard no_grad;
+  for (const auto& [name, target] : targets) {
+    if (state.contains(name)) target.assign_(state.at(name));
+  }
+}
+
+void Module::save(const std::string& path) const { write_state_dict(path, state_dict()); }
+
+void Module::load(const std::string& path, bool strict) {
+  load_state_dict(read_state_dict(path), strict);
+}
+
+std::string Module::to_string_indented(int indent) const {
+  std::string out = str_cat(type_name(), "(", extra_repr());
+  if (children_.empty()) return out + ")";
+  const std::string pad(indent + 2, ' ');
+  out += "\n";
+  for (const auto& [name, child] : children_) {
+    out += str_cat(pad, "(", name, "): ", child->to_string_indented(indent + 2), "\n");
+  }
+  return out + std::string(indent, ' ') + ")";
+}
+
+std::string Module::to_string() const { return to_string_indented(0); }
+
+}  // namespace tandem::nn

@@ -1,0 +1,172 @@
+// nn::Module: the base of every layer and model, like torch::nn::Module or a
+// Gluon Block. A module owns named parameters (tensors that learn), named
+// buffers (state that does not learn, e.g. BatchNorm's running statistics)
+// and named child modules.
+//
+//   struct Mlp : tandem::nn::Module {
+//     Mlp() {
+//       fc1 = register_module("fc1", std::make_shared<nn::Linear>(784, 128));
+//       fc2 = register_module("fc2", std::make_shared<nn::Linear>(128, 10));
+//     }
+//     std::string type_name() const override { return "Mlp"; }
+//     Tensor forward(const Tensor& x) override { return fc2->forward(relu(fc1->forward(x))); }
+//     std::shared_ptr<nn::Linear> fc1, fc2;
+//   };
+//
+//   auto net = std::make_shared<Mlp>();
+//   net->named_parameters();   // "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"
+//   optim::SGD opt(net->parameters(), 0.1);
+//   net->save("mlp.tsd");      // keys are the same dotted names
+//
+// Note [Parameter names are the one mapping]
+// The name given at register_parameter / register_buffer / register_module is
+// the only name a tensor has: the dotted path of names from the root
+// ("features.0.weight") is its state_dict and checkpoint key (and, later, its
+// name in an exported graph). Names may not be empty or contain '.', and a
+// module's parameters, buffers and children share one namespace.
+//
+// Note [Handles and in-place updates]
+// Tensor is a handle on shared state (core/tensor.h). register_parameter keeps
+// the very handle it returns, so the member a layer keeps (`weight_`) and the
+// entry in parameters() are the same tensor. Updates never write into a
+// tensor's memory; they rebind it with Tensor::assign_ (optimizers, the
+// initializers of init.h, load_state_dict, BatchNorm's running statistics), and
+// every copy of the handle sees the new value. A tensor obtained from
+// state_dict() is a detached handle: a snapshot that later updates do not
+// change.
+//
+// Lifetime: modules are held by std::shared_ptr (children are shared, so a
+// module may appear in two parents, e.g. for weight tying). Modules can be
+// moved, not copied. Module is not thread-safe: one thread builds and trains
+// a module at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+
+#include "core/tensor.h"
+#include "eager/nn/state_dict.h"
+
+namespace tandem::nn {
+
+// (name, tensor) pairs in registration order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  Module(Module&&) = default;
+  Module& operator=(Module&&) = default;
+
+  // ---- What a subclass defines. ----
+
+  // The computation, for modules with one input and one output (every layer
+  // here; Sequential chains them). The default throws tandem::Error: a module
+  // with other inputs defines its own methods instead.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // The class name shown by to_string(), e.g. "Linear".
+  virtual std::string type_name() const { return "Module"; }
+  // The options shown inside the parentheses by to_string(), e.g.
+  // "in_features=4, out_features=2, bias=true". Empty by default.
+  virtual std::string extra_repr() const { return {}; }
+
+  // ---- Registration (call from the subclass's constructor). ----
+
+  // Adds a parameter and returns the handle the module keeps (see Note
+  // [Handles and in-place updates]); marks it requires_grad_(requires_grad).
+  // A tensor that is the result of an op is detached first, so the handle
+  // returned may differ from `tensor`: keep the returned one. Throws
+  // tandem::Error for an undefined tensor, a non-floating dtype, or a bad or
+  // duplicate name (Note [Parameter names are the one mapping]).
+  Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
+
+  // Adds state that is saved and loaded with the parameters but not trained
+  // (no gradient): e.g. running statistics. Returns the kept handle.
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+
+  // Adds a child; its parameters appear under "name.". Returns `module`.
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  // ---- Walking the tree. Order: a module's own entries in registration
+  // order, then each child's, depth-first; the same every run. ----
+
+  // Parameters as dotted names, e.g. "features.0.weight". A tensor reachable
+  // under two names (a shared child) appears once, under its first name.
+  NamedTensors named_parameters() const;
+  // The tensors of named_parameters(): what an optimizer takes.
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_buffers() const;
+  std::vector<Tensor> buffers() const;
+  // The direct children, in registration order.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  std::vector<std::shared_ptr<Module>> children() const;
+
+  // Number of elements over all parameters().
+  int64_t num_parameters() const;
+
+  // ---- Modes and gradients. ----
+
+  // Sets training mode on this module and every descendant (Dropout and
+  // BatchNorm behave differently in each). Modules start in training mode.
+  void train(bool on = true);
+  // train(false).
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Clears the accumulated gradient of every parameter.
+  void zero_grad();
+
+  // ---- Checkpoints (format in state_dict.h). ----
+
+  // Every parameter and buffer under its dotted name, as detached handles (a
+  // snapshot; see Note [Handles and in-place updates]). Unlike
+  // named_parameters(), a shared tensor appears under each of its names.
+  StateDict state_dict() const;
+
+  // Replaces parameters and buffers with the tensors of `state` (shared, not
+  // copied). Throws tandem::Error naming the keys when `state` lacks a key of
+  // state_dict() or has one it does not know (unless `strict` is false, which
+  // ignores both), or naming the key and both shapes/dtypes on a mismatch.
+  // Nothing is changed when it throws.
+  void load_state_dict(const StateDict& state, bool strict = true);
+
+  // write_state_dict(path, state_dict()) and
+  // load_state_dict(read_state_dict(path)).
+  void save(const std::string& path) const;
+  void load(const std::string& path, bool strict = true);
+
+  // A multi-line summary in PyTorch's style:
+  //   Sequential(
+  //     (0): Linear(in_features=2, out_features=8, bias=true)
+  //     (1): ReLU()
+  //   )
+  std::string to_string() const;
+
+ private:
+  void check_new_name(const std::string& name, const char* what) const;
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void collect(const std::string& prefix, bool params, bool buffers, bool dedup, NamedTensors& out,
+               absl::flat_hash_set<const void*>& seen) const;
+  std::string to_string_indented(int indent) const;
+
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tandem::nn

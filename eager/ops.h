@@ -1,0 +1,152 @@
+// The op functions users call: one line each over the registry
+// (kernels/registry.h), with the user's source location captured for errors.
+//
+//   using namespace tandem;
+//   Tensor x = randn({4, 3});
+//   Tensor y = relu(matmul(x, w) + b);      // Operators too.
+//   Tensor loss = cross_entropy(y, labels);
+//
+// Every function returns at once: the work is pushed to the engine (see
+// core/engine/engine.h). Shapes are known immediately; reading values waits.
+// Errors in arguments (shapes, dtypes, attributes) throw tandem::Error at the
+// call, naming the op and the calling line.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tandem {
+
+using Dims = std::vector<int64_t>;
+using Location = std::source_location;
+#define TANDEM_HERE Location where = Location::current()
+
+// ---- Elementwise, with NumPy broadcasting; operands must share a dtype. ----
+Tensor add(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor sub(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor mul(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor div(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor pow(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor maximum(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor minimum(const Tensor& a, const Tensor& b, TANDEM_HERE);
+// With a scalar, converted to the tensor's dtype: add(x, 1).
+Tensor add(const Tensor& a, double b, TANDEM_HERE);
+Tensor sub(const Tensor& a, double b, TANDEM_HERE);
+Tensor mul(const Tensor& a, double b, TANDEM_HERE);
+Tensor div(const Tensor& a, double b, TANDEM_HERE);
+Tensor pow(const Tensor& a, double b, TANDEM_HERE);
+// Comparisons give bool tensors.
+Tensor eq(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor ne(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor lt(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor le(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor gt(const Tensor& a, const Tensor& b, TANDEM_HERE);
+Tensor ge(const Tensor& a, const Tensor& b, TANDEM_HERE);
+
+Tensor neg(const Tensor& x, TANDEM_HERE);
+Tensor abs(const Tensor& x, TANDEM_HERE);
+Tensor exp(const Tensor& x, TANDEM_HERE);
+Tensor log(const Tensor& x, TANDEM_HERE);
+Tensor sqrt(const Tensor& x, TANDEM_HERE);
+Tensor rsqrt(const Tensor& x, TANDEM_HERE);
+Tensor square(const Tensor& x, TANDEM_HERE);
+Tensor tanh(const Tensor& x, TANDEM_HERE);
+Tensor sigmoid(const Tensor& x, TANDEM_HERE);
+Tensor relu(const Tensor& x, TANDEM_HERE);
+Tensor leaky_relu(const Tensor& x, double alpha = 0.01, TANDEM_HERE);
+Tensor gelu(const Tensor& x, TANDEM_HERE);
+Tensor clip(const Tensor& x, double min, double max, TANDEM_HERE);
+Tensor cast(const Tensor& x, DType dtype, TANDEM_HERE);
+// cond ? a : b, elementwise, broadcasting all three.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, TANDEM_HERE);
+
+// ---- Reductions: over `axes` (all when empty). ----
+Tensor sum(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
+Tensor mean(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
+Tensor max(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
+Tensor min(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
+// Bessel-corrected by default, like torch.var.
+Tensor var(const Tensor& x, const Dims& axes = {}, bool keepdims = false, int64_t correction = 1,
+           TANDEM_HERE);
+Tensor argmax(const Tensor& x, int64_t axis = -1, bool keepdims = false, TANDEM_HERE);
+
+// ---- Shapes (these copy: a result never aliases its input). ----
+Tensor reshape(const Tensor& x, const Dims& shape, TANDEM_HERE);
+Tensor flatten(const Tensor& x, int64_t start_axis = 1, int64_t end_axis = -1, TANDEM_HERE);
+// Reverses the axes when `perm` is empty.
+Tensor transpose(const Tensor& x, const Dims& perm = {}, TANDEM_HERE);
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 0, TANDEM_HERE);
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis = 0, TANDEM_HERE);
+std::vector<Tensor> split(const Tensor& x, const Dims& sizes, int64_t axis = 0, TANDEM_HERE);
+Tensor slice(const Tensor& x, int64_t axis, int64_t begin, int64_t end, int64_t step = 1,
+             TANDEM_HERE);
+// Rows `indices` (int64) of x along `axis`.
+Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, TANDEM_HERE);
+// `pads` holds (before, after) for each axis.
+Tensor pad(const Tensor& x, const Dims& pads, double value = 0, TANDEM_HERE);
+Tensor expand(const Tensor& x, const Dims& shape, TANDEM_HERE);
+
+// ---- Creation. Random ops draw a seed from the global generator. ----
+Tensor zeros(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
+Tensor ones(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
+Tensor full(const Dims& shape, double value, DType dtype = DType::kFloat32, TANDEM_HERE);
+Tensor arange(double start, double stop, double step = 1, DType dtype = DType::kFloat32,
+              TANDEM_HERE);
+Tensor rand(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
+Tensor randn(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
+// Seeds the global generator: the same seed gives the same random ops.
+void manual_seed(uint64_t seed);
+// The next seed from the global generator (what rand and friends use).
+uint64_t next_seed();
+
+// ---- Neural-network ops. ----
+Tensor matmul(const Tensor& a, const Tensor& b, TANDEM_HERE);
+// x W^T + b, with W of shape [out, in] as in torch.nn.Linear.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, TANDEM_HERE);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Dims& stride = {1, 1}, const Dims& padding = {0, 0},
+              const Dims& dilation = {1, 1}, int64_t groups = 1, TANDEM_HERE);
+Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
+                  const Dims& padding = {0, 0}, TANDEM_HERE);
+Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
+                  const Dims& padding = {0, 0}, TANDEM_HERE);
+Tensor adaptive_avg_pool2d(const Tensor& x, const Dims& output_size, TANDEM_HERE);
+Tensor softmax(const Tensor& x, int64_t axis = -1, TANDEM_HERE);
+Tensor log_softmax(const Tensor& x, int64_t axis = -1, TANDEM_HERE);
+// Mean over the batch by default; targets are int64 class indices.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0,
+                     const std::string& reduction = "mean", TANDEM_HERE);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
+                const std::string& reduction = "mean", TANDEM_HERE);
+Tensor mse_loss(const Tensor& a, const Tensor& b, const std::string& reduction = "mean",
+                TANDEM_HERE);
+// Rows of `weight` picked by int64 `indices`.
+Tensor embedding(const Tensor& weight, const Tensor& indices, TANDEM_HERE);
+// Outputs of batch_norm: y, and the batch's mean and (biased) variance.
+std::vector<Tensor> batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               const Tensor& running_mean, const Tensor& running_var, bool training,
+                               double eps = 1e-5, TANDEM_HERE);
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  int64_t normalized_axes = 1, double eps = 1e-5, TANDEM_HERE);
+// Zeroes elements with probability p and scales the rest by 1/(1-p) when
+// training; the identity otherwise.
+Tensor dropout(const Tensor& x, double p, bool training, TANDEM_HERE);
+
+// ---- Operators. ----
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+
+#undef TANDEM_HERE
+
+}  // namespace tandem

@@ -1,0 +1,91 @@
+#include "kernels/cpu/onednn.h"
+
+#include "core/engine/engine.h"
+#include "core/error.h"
+
+namespace tandem::kernels::onednn {
+
+// Note [oneDNN threads]
+// OpenMP keeps its default of one thread per core: a oneDNN kernel uses the
+// whole machine, and dispatch runs such kernels one at a time (Note [Thread
+// budget] in kernels/dispatch.h), so the engine's workers and OpenMP's threads
+// never multiply.
+//
+// Note [oneDNN at exit]
+// oneDNN creates static state (its primitive cache) when the first primitive
+// is made. At exit, statics die in reverse order of construction, and the
+// engine's exit-time drain was registered when the engine started: if the
+// cache were created later (by the first kernel, on a worker), it would be
+// destroyed while workers still run the last pushed kernels. So before the
+// first op is dispatched, the registry calls warm_up(), which makes and runs
+// one tiny primitive and one tiny sgemm (whose JIT kernels are statics of
+// their own) on the caller's thread, then asks the engine to drain before
+// anything constructed so far is destroyed.
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+dnnl::memory::dims dims_of(const Shape& shape) {
+  return dnnl::memory::dims(shape.begin(), shape.end());
+}
+
+dnnl::memory::dims dims_of(std::initializer_list<int64_t> dims) {
+  return dnnl::memory::dims(dims.begin(), dims.end());
+}
+
+dnnl::memory::desc desc(const dnnl::memory::dims& dims, dnnl::memory::format_tag tag) {
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag);
+}
+
+dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides) {
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+dnnl::memory wrap(const Tensor& tensor, const dnnl::memory::desc& md) {
+  TANDEM_INTERNAL_ASSERT(tensor.dtype() == DType::kFloat32, "oneDNN path given ",
+                         dtype_name(tensor.dtype()));
+  TANDEM_INTERNAL_ASSERT(md.get_size() <= tensor.nbytes(), "descriptor of ", md.get_size(),
+                         " bytes over a tensor of ", tensor.nbytes());
+  return dnnl::memory(md, cpu_engine(), tensor.raw_data());
+}
+
+void rethrow_dnnl_error(std::string_view what) {
+  try {
+    throw;
+  } catch (const dnnl::error& e) {
+    detail::throw_check_failure(str_cat("oneDNN ", what, " failed: ", e.what(), " (status ",
+                                        static_cast<int>(e.status), ")"));
+  }
+}
+
+void execute(const dnnl::primitive& primitive, const std::unordered_map<int, dnnl::memory>& args,
+             std::string_view what) {
+  try {
+    dnnl::stream stream(cpu_engine());
+    primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error&) {
+    rethrow_dnnl_error(what);
+  }
+}
+
+void warm_up() {
+  dnnl::memory::desc md = desc({1, 1}, dnnl::memory::format_tag::ab);
+  float a = 1, b = 1, c = 0;
+  auto pd = make_pd("warm-up matmul", [&] {
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, md), cpu_engine());
+  });
+  execute(dnnl::matmul(pd),
+          {{DNNL_ARG_SRC, dnnl::memory(md, cpu_engine(), &a)},
+           {DNNL_ARG_WEIGHTS, dnnl::memory(md, cpu_engine(), &b)},
+           {DNNL_ARG_DST, dnnl::memory(md, cpu_engine(), &c)}},
+          "warm-up matmul");
+  // oneDNN's gemm keeps its JIT kernels in statics made on first use; make them now too.
+  float x[4] = {1, 2, 3, 4}, y[4] = {1, 0, 0, 1}, z[4] = {};
+  dnnl_sgemm('N', 'N', 2, 2, 2, 1.0f, x, 2, y, 2, 0.0f, z, 2);
+  engine::finish_before_exit();
+}
+
+}  // namespace tandem::kernels::onednn

@@ -1,0 +1,159 @@
+#include "kernels/dispatch.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+
+#include "core/engine/object_pool.h"
+#include "core/error.h"
+
+namespace tandem::kernels {
+namespace {
+
+thread_local std::vector<DispatchObserver*> observers;
+
+// Process-wide observers: written rarely, read on every call without a lock.
+constexpr int kMaxProcessObservers = 4;
+std::atomic<DispatchObserver*> process_observers[kMaxProcessObservers];
+
+// Everything a pushed kernel needs, in one pooled block, so the closure is a
+// single pointer (see engine::OpFn's inline size).
+struct KernelCall {
+  const OpDef* op;
+  KernelFn kernel;
+  absl::InlinedVector<Tensor, 4> inputs;
+  absl::InlinedVector<Tensor, 2> outputs;
+  Attrs attrs;
+};
+
+// Held by a kernel that uses every core; see Note [Thread budget].
+std::mutex& all_cores() {
+  static std::mutex mu;
+  return mu;
+}
+
+// The first run of a oneDNN kernel may create static state inside oneDNN
+// (JIT kernels for that primitive kind). So that the engine drains before
+// such state is destroyed at exit, register the drain again after it, once
+// per op (see Note [oneDNN at exit] in cpu/onednn.cc). Called under
+// all_cores().
+void note_first_run(const OpDef& op) {
+  static absl::flat_hash_set<const OpDef*>* ran = new absl::flat_hash_set<const OpDef*>;
+  if (ran->insert(&op).second) engine::finish_before_exit();
+}
+
+Device common_device(absl::Span<const Tensor> inputs) {
+  if (inputs.empty()) return Device::cpu();
+  Device device = inputs[0].device();
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    TANDEM_CHECK(inputs[i].device() == device, "input ", i, " is on ",
+                 inputs[i].device().to_string(), " but input 0 is on ", device.to_string(),
+                 "; move tensors to one device first");
+  }
+  return device;
+}
+
+}  // namespace
+
+std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+                         const std::source_location& where) {
+  CallSiteScope site(op.name.c_str(), where);
+  if (op.num_inputs == kVariadic) {
+    TANDEM_CHECK(!inputs.empty(), "expects at least one input, got none");
+  } else {
+    TANDEM_CHECK(static_cast<int>(inputs.size()) == op.num_inputs, "expects ", op.num_inputs,
+                 op.num_inputs == 1 ? " input" : " inputs", ", got ", inputs.size());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TANDEM_CHECK(inputs[i].defined(), "input ", i, " is an undefined tensor");
+  }
+  Device device = common_device(inputs);
+  KernelFn kernel = device.is_cpu() ? op.cpu : op.cuda;
+  TANDEM_CHECK(kernel != nullptr, "has no kernel for ", device.to_string());
+
+  auto kernel_call = std::allocate_shared<KernelCall>(engine::PoolAllocator<KernelCall>());
+  kernel_call->op = &op;
+  kernel_call->kernel = kernel;
+  kernel_call->attrs = resolve_attrs(op, attrs);
+  // Snapshots: a kernel must read the data its vars guard, even if a handle
+  // is rebound (Tensor::assign_) before the kernel runs.
+  for (const Tensor& t : inputs) kernel_call->inputs.push_back(t.snapshot());
+
+  absl::InlinedVector<TensorMeta, 4> metas;
+  for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
+  std::vector<TensorMeta> inferred = op.infer(metas, kernel_call->attrs);
+  TANDEM_INTERNAL_ASSERT(
+      op.num_outputs == kVariadic || static_cast<int>(inferred.size()) == op.num_outputs, "op '",
+      op.name, "' inferred ", inferred.size(), " outputs, declares ", op.num_outputs);
+  std::vector<Tensor> outputs;
+  outputs.reserve(inferred.size());
+  for (TensorMeta& meta : inferred) {
+    outputs.push_back(Tensor::empty(std::move(meta.shape), meta.dtype, device));
+  }
+  for (const Tensor& t : outputs) kernel_call->outputs.push_back(t.snapshot());
+
+  for (auto& slot : process_observers) {
+    if (DispatchObserver* observer = slot.load(std::memory_order_acquire)) {
+      observer->on_op(op, inputs, outputs, kernel_call->attrs, where);
+    }
+  }
+  for (DispatchObserver* observer : observers) {
+    observer->on_op(op, inputs, outputs, kernel_call->attrs, where);
+  }
+
+  absl::InlinedVector<engine::Var*, 4> reads, writes;
+  for (const Tensor& t : inputs) reads.push_back(t.var());
+  for (const Tensor& t : outputs) writes.push_back(t.var());
+  engine::current().push(
+      [call = std::move(kernel_call)](const engine::RunContext& run) {
+        KernelContext context{call->inputs, call->outputs, call->attrs, run};
+        if (call->op->uses_all_cores) {
+          std::lock_guard lock(all_cores());  // See Note [Thread budget].
+          call->kernel(context);
+          note_first_run(*call->op);
+        } else {
+          call->kernel(context);
+        }
+      },
+      device, reads, writes, op.name.c_str(), where);
+  return outputs;
+}
+
+std::vector<Tensor> call(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+                         std::source_location where) {
+  const OpDef* def = Registry::global().find(op);
+  if (def == nullptr) {
+    throw Error(str_cat("unknown op '", op, "'"), std::string(op), where);
+  }
+  return call(*def, inputs, attrs, where);
+}
+
+Tensor call1(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+             std::source_location where) {
+  std::vector<Tensor> outputs = call(op, inputs, attrs, where);
+  TANDEM_INTERNAL_ASSERT(outputs.size() == 1, "call1 on op '", op, "' with ", outputs.size(),
+                         " outputs");
+  return std::move(outputs[0]);
+}
+
+void add_process_observer(DispatchObserver* observer) {
+  for (auto& slot : process_observers) {
+    DispatchObserver* empty = nullptr;
+    if (slot.load() == observer || slot.compare_exchange_strong(empty, observer)) return;
+  }
+  TANDEM_INTERNAL_ASSERT(false, "more than ", kMaxProcessObservers, " process observers");
+}
+
+ObserverScope::ObserverScope(DispatchObserver* observer) : observer_(observer) {
+  observers.push_back(observer);
+}
+
+ObserverScope::~ObserverScope() {
+  auto it = std::find(observers.rbegin(), observers.rend(), observer_);
+  if (it != observers.rend()) observers.erase(std::next(it).base());
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,80 @@
+// Dispatch: how an op call becomes work on the engine (shared/DESIGN.md,
+// "Eager call, step by step").
+//
+//   std::vector<Tensor> out = kernels::call("add", {a, b});
+//   Tensor y = kernels::call1("sum", {x}, {{"axes", std::vector<int64_t>{1}}});
+//
+// 1. Looks the op up, checks arity, devices and attributes.
+// 2. Infers output shapes and dtypes on the caller's thread, so `y.shape()`
+//    never waits.
+// 3. Allocates the outputs.
+// 4. Tells the observers of this thread (the autograd tape, the tracer).
+// 5. Pushes the kernel to the engine, reading the inputs' vars and writing
+//    the outputs', with the caller's source location.
+// Nothing has been computed when it returns. Errors in steps 1-3 are thrown
+// here, naming the op, the shapes and the user's line.
+//
+// Note [Thread budget]
+// The engine's workers and oneDNN's OpenMP threads share the same cores, and
+// two pools each running as many threads as there are cores would fight over
+// them (the classic oversubscription loss). The policy: a kernel marked
+// `uses_all_cores` (convolutions, matmul, normalization: oneDNN primitives
+// that parallelize internally) runs with all cores and alone — dispatch
+// holds one process-wide lock around it — while every other kernel is
+// single-threaded and may run beside others, one per worker. Two big kernels
+// therefore never run at once, and small independent ops still overlap. (The
+// lock also keeps oneDNN's primitive creation single-threaded, which avoids a
+// deadlock seen with concurrent creation in Debian's oneDNN 2.6.)
+#pragma once
+
+#include <source_location>
+#include <string_view>
+#include <vector>
+
+#include "absl/types/span.h"
+
+#include "core/tensor.h"
+#include "kernels/attrs.h"
+#include "kernels/registry.h"
+
+namespace tandem::kernels {
+
+std::vector<Tensor> call(std::string_view op, absl::Span<const Tensor> inputs,
+                         const Attrs& attrs = {},
+                         std::source_location where = std::source_location::current());
+std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+                         const std::source_location& where);
+
+// call() for ops with one output.
+Tensor call1(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
+             std::source_location where = std::source_location::current());
+
+// Sees every op dispatched on the thread that installed it, after its outputs
+// exist and before its kernel is pushed. The autograd tape and the tracer are
+// observers; kernels/ knows nothing more about them.
+class DispatchObserver {
+ public:
+  virtual ~DispatchObserver() = default;
+  virtual void on_op(const OpDef& op, absl::Span<const Tensor> inputs,
+                     absl::Span<const Tensor> outputs, const Attrs& attrs,
+                     const std::source_location& where) = 0;
+};
+
+// Installs an observer that sees the ops of every thread, for the rest of the
+// process (the autograd tape). At most a few such observers exist.
+void add_process_observer(DispatchObserver* observer);
+
+// Installs an observer on this thread for the scope's lifetime. Observers
+// nest; every installed observer sees every op.
+class ObserverScope {
+ public:
+  explicit ObserverScope(DispatchObserver* observer);
+  ~ObserverScope();
+  ObserverScope(const ObserverScope&) = delete;
+  ObserverScope& operator=(const ObserverScope&) = delete;
+
+ private:
+  DispatchObserver* observer_;
+};
+
+}  // namespace tandem::kernels

@@ -1,0 +1,665 @@
+// 2-D convolution and pooling over NCHW tensors: conv2d (with stride,
+// padding, dilation and groups), max_pool2d, avg_pool2d, adaptive_avg_pool2d,
+// and their backward ops.
+//
+// The gradients are ordinary registered ops (conv2d_backward_data,
+// conv2d_backward_weight, max_pool2d_backward, avg_pool2d_backward,
+// adaptive_avg_pool2d_backward), not differentiable themselves, so a traced
+// backward is a graph of named ops like any other. They take the forward's
+// attributes plus the shape they cannot infer ("input_shape" or
+// "weight_shape").
+//
+// Conventions, as in PyTorch: output size floor((in + 2 pad - dilation (k-1)
+// - 1) / stride) + 1 (no ceil mode); pooling padding at most half the kernel;
+// max pooling ignores padding; avg_pool2d counts padded zeros in the divisor
+// (count_include_pad = true, PyTorch's default), so every window divides by
+// kH * kW; adaptive windows are [floor(i H / oh), ceil((i + 1) H / oh)).
+// max_pool2d_backward recomputes the argmax (the first maximum of each
+// window in row-major order), which keeps it deterministic and needs no
+// saved indices.
+//
+// float32 conv2d, max_pool2d and avg_pool2d forward and the conv backward
+// ops run on oneDNN with plain NCHW/OIHW layouts; the rest (and all float64)
+// are plain loops.
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "kernels/cpu/dtype_visit.h"
+#include "kernels/cpu/onednn.h"
+#include "kernels/ops/families.h"
+#include "kernels/ops/op_helpers.h"
+#include "kernels/registry.h"
+
+namespace tandem::kernels {
+namespace {
+
+using Pair = std::array<int64_t, 2>;
+
+std::vector<int64_t> ints(const Pair& p) { return {p[0], p[1]}; }
+
+// A (height, width) attribute; every value at least `min`.
+Pair pair_attr(const Attrs& attrs, const char* name, int64_t min) {
+  const std::vector<int64_t>& v = attrs.get_ints(name);
+  TANDEM_CHECK(v.size() == 2, name, " must have 2 values (height, width), got ", attr_to_string(v));
+  TANDEM_CHECK(v[0] >= min && v[1] >= min, name, " must be ",
+               min == 0 ? "non-negative" : "positive", ", got ", attr_to_string(v));
+  return {v[0], v[1]};
+}
+
+void check_nchw(const char* what, const Shape& s) {
+  TANDEM_CHECK(s.rank() == 4, what, " must be [batch, channels, height, width], got shape ",
+               s.to_string());
+}
+
+Shape shape_attr(const Attrs& attrs, const char* name) {
+  const std::vector<int64_t>& v = attrs.get_ints(name);
+  TANDEM_CHECK(v.size() == 4 && std::all_of(v.begin(), v.end(), [](int64_t d) { return d >= 0; }),
+               name, " must be 4 non-negative sizes, got ", attr_to_string(v));
+  return Shape(absl::Span<const int64_t>(v));
+}
+
+// The output extent of a window sweep; checks the window fits.
+int64_t sweep(const char* what, int64_t in, int64_t pad, int64_t extent, int64_t stride,
+              const Shape& input) {
+  TANDEM_CHECK(extent <= in + 2 * pad, what, " (", extent, ") is larger than the padded input (",
+               in, " + 2 * ", pad, ") of shape ", input.to_string());
+  return (in + 2 * pad - extent) / stride + 1;
+}
+
+// conv2d
+
+struct Conv {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // Input.
+  int64_t o = 0, kh = 0, kw = 0;       // Weight [o, c / groups, kh, kw].
+  int64_t groups = 1;
+  Pair stride{}, padding{}, dilation{};
+  int64_t oh = 0, ow = 0;  // Output.
+  Shape out() const { return Shape{n, o, oh, ow}; }
+};
+
+Conv conv_geometry(const Shape& x, const Shape& w, const Attrs& attrs) {
+  check_nchw("x", x);
+  TANDEM_CHECK(w.rank() == 4, "weight must be [out_channels, in_channels / groups, kH, kW], got ",
+               "shape ", w.to_string());
+  Conv g;
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.o = w[0], g.kh = w[2], g.kw = w[3];
+  g.groups = attrs.get_int("groups");
+  g.stride = pair_attr(attrs, "stride", 1);
+  g.padding = pair_attr(attrs, "padding", 0);
+  g.dilation = pair_attr(attrs, "dilation", 1);
+  TANDEM_CHECK(g.groups >= 1, "groups must be positive, got ", g.groups);
+  TANDEM_CHECK(g.c % g.groups == 0 && g.o % g.groups == 0, "groups = ", g.groups,
+               " must divide both the input channels (", g.c, ", x of shape ", x.to_string(),
+               ") and the output channels (", g.o, ")");
+  TANDEM_CHECK(w[1] * g.groups == g.c, "weight of shape ", w.to_string(), " expects ",
+               w[1] * g.groups, " input channels (", w[1], " per group x ", g.groups,
+               " groups), but x of shape ", x.to_string(), " has ", g.c);
+  TANDEM_CHECK(g.kh >= 1 && g.kw >= 1, "kernel of weight shape ", w.to_string(), " is empty");
+  g.oh = sweep("dilated kernel height", g.h, g.padding[0], g.dilation[0] * (g.kh - 1) + 1,
+               g.stride[0], x);
+  g.ow = sweep("dilated kernel width", g.w, g.padding[1], g.dilation[1] * (g.kw - 1) + 1,
+               g.stride[1], x);
+  return g;
+}
+
+void check_same_float(absl::Span<const TensorMeta> in) {
+  check_floating("input", in[0].dtype);
+  for (size_t i = 1; i < in.size(); ++i) {
+    TANDEM_CHECK(in[i].dtype == in[0].dtype, "dtype mismatch: input ", i, " is ",
+                 dtype_name(in[i].dtype), ", input 0 is ", dtype_name(in[0].dtype));
+  }
+}
+
+std::vector<TensorMeta> infer_conv2d(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  check_same_float(in);
+  Conv g = conv_geometry(in[0].shape, in[1].shape, attrs);
+  TANDEM_CHECK(in[2].shape == Shape{g.o}, "bias must be [", g.o, "], got shape ",
+               in[2].shape.to_string());
+  return {{g.out(), in[0].dtype}};
+}
+
+// oneDNN descriptors for one convolution.
+struct ConvDescs {
+  dnnl::memory::desc src, weights, bias, dst;
+  dnnl::memory::dims strides, dilates, padding;
+};
+
+ConvDescs conv_descs(const Conv& g) {
+  using namespace onednn;
+  using tag = dnnl::memory::format_tag;
+  ConvDescs d;
+  d.src = desc({g.n, g.c, g.h, g.w}, tag::nchw);
+  d.weights = g.groups == 1
+                  ? desc({g.o, g.c, g.kh, g.kw}, tag::oihw)
+                  : desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, tag::goihw);
+  d.bias = desc({g.o}, tag::x);
+  d.dst = desc({g.n, g.o, g.oh, g.ow}, tag::nchw);
+  d.strides = {g.stride[0], g.stride[1]};
+  d.dilates = {g.dilation[0] - 1, g.dilation[1] - 1};  // oneDNN counts the gaps.
+  d.padding = {g.padding[0], g.padding[1]};
+  return d;
+}
+
+dnnl::convolution_forward::primitive_desc conv_forward_pd(const ConvDescs& d,
+                                                          dnnl::prop_kind prop) {
+  return onednn::make_pd("convolution", [&] {
+    return dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.src, d.weights,
+                                        d.bias, d.dst, d.strides, d.dilates, d.padding, d.padding),
+        onednn::cpu_engine());
+  });
+}
+
+// Calls f(y_index, x_index, w_index) for every product term y += x * w of
+// the convolution (padding skipped).
+template <class F>
+void for_each_conv_term(const Conv& g, F f) {
+  const int64_t opg = g.o / g.groups, cpg = g.c / g.groups;
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t o = 0; o < g.o; ++o) {
+      const int64_t c0 = (o / opg) * cpg;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          for (int64_t ci = 0; ci < cpg; ++ci) {
+            for (int64_t ky = 0; ky < g.kh; ++ky) {
+              const int64_t iy = oy * g.stride[0] - g.padding[0] + ky * g.dilation[0];
+              if (iy < 0 || iy >= g.h) continue;
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                const int64_t ix = ox * g.stride[1] - g.padding[1] + kx * g.dilation[1];
+                if (ix < 0 || ix >= g.w) continue;
+                f(((n * g.o + o) * g.oh + oy) * g.ow + ox,      // Output element.
+                  ((n * g.c + c0 + ci) * g.h + iy) * g.w + ix,  // Input element.
+                  ((o * cpg + ci) * g.kh + ky) * g.kw + kx);    // Weight element.
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+bool nonempty(std::initializer_list<const Tensor*> tensors) {
+  return std::all_of(tensors.begin(), tensors.end(),
+                     [](const Tensor* t) { return t->numel() > 0; });
+}
+
+void conv2d_kernel(const KernelContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &b = c.inputs[2], &y = c.outputs[0];
+  Conv g = conv_geometry(x.shape(), w.shape(), c.attrs);
+  visit_floating(x.dtype(), [&]<class T>() {
+    if (std::is_same_v<T, float> && nonempty({&x, &w, &y})) {
+      ConvDescs d = conv_descs(g);
+      auto pd = conv_forward_pd(d, dnnl::prop_kind::forward_inference);
+      onednn::execute(dnnl::convolution_forward(pd),
+                      {{DNNL_ARG_SRC, onednn::wrap(x, d.src)},
+                       {DNNL_ARG_WEIGHTS, onednn::wrap(w, d.weights)},
+                       {DNNL_ARG_BIAS, onednn::wrap(b, d.bias)},
+                       {DNNL_ARG_DST, onednn::wrap(y, d.dst)}},
+                      "convolution");
+      return;
+    }
+    const T *px = x.data<T>(), *pw = w.data<T>(), *pb = b.data<T>();
+    T* py = y.data<T>();
+    const int64_t plane = g.oh * g.ow;
+    for (int64_t i = 0; i < y.numel(); ++i) py[i] = pb[(i / plane) % g.o];
+    for_each_conv_term(g, [&](int64_t yi, int64_t xi, int64_t wi) { py[yi] += px[xi] * pw[wi]; });
+  });
+}
+
+// conv2d_backward_data(grad_y, weight) -> grad_x; attrs + "input_shape".
+std::vector<TensorMeta> infer_conv2d_backward_data(absl::Span<const TensorMeta> in,
+                                                   const Attrs& attrs) {
+  check_same_float(in);
+  Shape x = shape_attr(attrs, "input_shape");
+  Conv g = conv_geometry(x, in[1].shape, attrs);
+  TANDEM_CHECK(in[0].shape == g.out(), "grad_y must have the convolution's output shape ",
+               g.out().to_string(), ", got ", in[0].shape.to_string());
+  return {{x, in[0].dtype}};
+}
+
+void conv2d_backward_data_kernel(const KernelContext& c) {
+  const Tensor &gy = c.inputs[0], &w = c.inputs[1], &gx = c.outputs[0];
+  Conv g = conv_geometry(gx.shape(), w.shape(), c.attrs);
+  visit_floating(gy.dtype(), [&]<class T>() {
+    if (std::is_same_v<T, float> && nonempty({&gy, &w, &gx})) {
+      ConvDescs d = conv_descs(g);
+      auto hint = conv_forward_pd(d, dnnl::prop_kind::forward_training);
+      auto pd = onednn::make_pd("convolution backward data", [&] {
+        return dnnl::convolution_backward_data::primitive_desc(
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.src,
+                                                  d.weights, d.dst, d.strides, d.dilates, d.padding,
+                                                  d.padding),
+            onednn::cpu_engine(), hint);
+      });
+      onednn::execute(dnnl::convolution_backward_data(pd),
+                      {{DNNL_ARG_DIFF_DST, onednn::wrap(gy, d.dst)},
+                       {DNNL_ARG_WEIGHTS, onednn::wrap(w, d.weights)},
+                       {DNNL_ARG_DIFF_SRC, onednn::wrap(gx, d.src)}},
+                      "convolution backward data");
+      return;
+    }
+    const T *pgy = gy.data<T>(), *pw = w.data<T>();
+    T* pgx = gx.data<T>();
+    std::fill(pgx, pgx + gx.numel(), T{0});
+    for_each_conv_term(g, [&](int64_t yi, int64_t xi, int64_t wi) { pgx[xi] += pgy[yi] * pw[wi]; });
+  });
+}
+
+// conv2d_backward_weight(x, grad_y) -> grad_weight, grad_bias; attrs + "weight_shape".
+std::vector<TensorMeta> infer_conv2d_backward_weight(absl::Span<const TensorMeta> in,
+                                                     const Attrs& attrs) {
+  check_same_float(in);
+  Shape w = shape_attr(attrs, "weight_shape");
+  Conv g = conv_geometry(in[0].shape, w, attrs);
+  TANDEM_CHECK(in[1].shape == g.out(), "grad_y must have the convolution's output shape ",
+               g.out().to_string(), ", got ", in[1].shape.to_string());
+  return {{w, in[0].dtype}, {Shape{g.o}, in[0].dtype}};
+}
+
+void conv2d_backward_weight_kernel(const KernelContext& c) {
+  const Tensor &x = c.inputs[0], &gy = c.inputs[1], &gw = c.outputs[0], &gb = c.outputs[1];
+  Conv g = conv_geometry(x.shape(), gw.shape(), c.attrs);
+  visit_floating(x.dtype(), [&]<class T>() {
+    if (std::is_same_v<T, float> && nonempty({&x, &gy, &gw})) {
+      ConvDescs d = conv_descs(g);
+      auto hint = conv_forward_pd(d, dnnl::prop_kind::forward_training);
+      auto pd = onednn::make_pd("convolution backward weights", [&] {
+        return dnnl::convolution_backward_weights::primitive_desc(
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.src,
+                                                     d.weights, d.bias, d.dst, d.strides, d.dilates,
+                                                     d.padding, d.padding),
+            onednn::cpu_engine(), hint);
+      });
+      onednn::execute(dnnl::convolution_backward_weights(pd),
+                      {{DNNL_ARG_SRC, onednn::wrap(x, d.src)},
+                       {DNNL_ARG_DIFF_DST, onednn::wrap(gy, d.dst)},
+                       {DNNL_ARG_DIFF_WEIGHTS, onednn::wrap(gw, d.weights)},
+                       {DNNL_ARG_DIFF_BIAS, onednn::wrap(gb, d.bias)}},
+                      "convolution backward weights");
+      return;
+    }
+    const T *px = x.data<T>(), *pgy = gy.data<T>();
+    T *pgw = gw.data<T>(), *pgb = gb.data<T>();
+    std::fill(pgw, pgw + gw.numel(), T{0});
+    std::fill(pgb, pgb + gb.numel(), T{0});
+    const int64_t plane = g.oh * g.ow;
+    for (int64_t i = 0; i < gy.numel(); ++i) pgb[(i / plane) % g.o] += pgy[i];
+    for_each_conv_term(g, [&](int64_t yi, int64_t xi, int64_t wi) { pgw[wi] += pgy[yi] * px[xi]; });
+  });
+}
+
+Attrs with_shape(Attrs attrs, const char* name, const Shape& shape) {
+  attrs.set(name, std::vector<int64_t>(shape.begin(), shape.end()));
+  return attrs;
+}
+
+std::vector<Tensor> conv2d_gradient(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grad_outputs[0];
+  Tensor grad_x = op("conv2d_backward_data", {g, w}, with_shape(c.attrs, "input_shape", x.shape()));
+  std::vector<Tensor> grad_wb =
+      call("conv2d_backward_weight", {x, g}, with_shape(c.attrs, "weight_shape", w.shape()));
+  return {grad_x, grad_wb[0], grad_wb[1]};
+}
+
+// Pooling
+
+struct Pool {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  Pair kernel{}, stride{}, padding{};
+  int64_t oh = 0, ow = 0;
+  Shape in() const { return Shape{n, c, h, w}; }
+  Shape out() const { return Shape{n, c, oh, ow}; }
+};
+
+Pool pool_geometry(const Shape& x, const Attrs& attrs) {
+  check_nchw("x", x);
+  Pool p;
+  p.n = x[0], p.c = x[1], p.h = x[2], p.w = x[3];
+  p.kernel = pair_attr(attrs, "kernel", 1);
+  p.stride = attrs.get_ints("stride").empty() ? p.kernel : pair_attr(attrs, "stride", 1);
+  p.padding = pair_attr(attrs, "padding", 0);
+  TANDEM_CHECK(2 * p.padding[0] <= p.kernel[0] && 2 * p.padding[1] <= p.kernel[1], "padding ",
+               attr_to_string(ints(p.padding)), " must be at most half the kernel ",
+               attr_to_string(ints(p.kernel)));
+  p.oh = sweep("kernel height", p.h, p.padding[0], p.kernel[0], p.stride[0], x);
+  p.ow = sweep("kernel width", p.w, p.padding[1], p.kernel[1], p.stride[1], x);
+  return p;
+}
+
+std::vector<TensorMeta> infer_pool(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  check_floating("x", in[0].dtype);
+  return {{pool_geometry(in[0].shape, attrs).out(), in[0].dtype}};
+}
+
+void pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, const Tensor& y) {
+  using namespace onednn;
+  dnnl::memory::desc src = desc(dims_of(p.in()), dnnl::memory::format_tag::nchw);
+  dnnl::memory::desc dst = desc(dims_of(p.out()), dnnl::memory::format_tag::nchw);
+  dnnl::memory::dims stride = {p.stride[0], p.stride[1]}, kernel = {p.kernel[0], p.kernel[1]},
+                     padding = {p.padding[0], p.padding[1]};
+  auto pd = make_pd("pooling", [&] {
+    return dnnl::pooling_forward::primitive_desc(
+        dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, algorithm, src, dst, stride,
+                                    kernel, padding, padding),
+        cpu_engine());
+  });
+  execute(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, wrap(x, src)}, {DNNL_ARG_DST, wrap(y, dst)}},
+          "pooling");
+}
+
+// Calls f(out_index, plane_offset, iy0, iy1, ix0, ix1) for every output
+// element, with its window clipped to the input.
+template <class F>
+void for_each_window(const Pool& p, F f) {
+  for (int64_t plane = 0; plane < p.n * p.c; ++plane) {
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      const int64_t y0 = oy * p.stride[0] - p.padding[0];
+      const int64_t iy0 = std::max<int64_t>(y0, 0), iy1 = std::min(y0 + p.kernel[0], p.h);
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        const int64_t x0 = ox * p.stride[1] - p.padding[1];
+        const int64_t ix0 = std::max<int64_t>(x0, 0), ix1 = std::min(x0 + p.kernel[1], p.w);
+        f((plane * p.oh + oy) * p.ow + ox, plane * p.h * p.w, iy0, iy1, ix0, ix1);
+      }
+    }
+  }
+}
+
+// The offset (within its plane) of the first maximum of a window; NaN wins.
+template <class T>
+int64_t window_argmax(const T* plane, int64_t width, int64_t iy0, int64_t iy1, int64_t ix0,
+                      int64_t ix1) {
+  int64_t best = iy0 * width + ix0;
+  for (int64_t iy = iy0; iy < iy1; ++iy) {
+    for (int64_t ix = ix0; ix < ix1; ++ix) {
+      T v = plane[iy * width + ix];
+      if (v > plane[best] || (std::isnan(v) && !std::isnan(plane[best]))) best = iy * width + ix;
+    }
+  }
+  return best;
+}
+
+void max_pool2d_kernel(const KernelContext& c) {
+  const Tensor &x = c.inputs[0], &y = c.outputs[0];
+  Pool p = pool_geometry(x.shape(), c.attrs);
+  if (y.numel() == 0) return;
+  visit_floating(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      pool_onednn(p, dnnl::algorithm::pooling_max, x, y);
+    } else {
+      const T* px = x.data<T>();
+      T* py = y.data<T>();
+      for_each_window(
+          p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+            py[out] = px[plane + window_argmax(px + plane, p.w, iy0, iy1, ix0, ix1)];
+          });
+    }
+  });
+}
+
+void avg_pool2d_kernel(const KernelContext& c) {
+  const Tensor &x = c.inputs[0], &y = c.outputs[0];
+  Pool p = pool_geometry(x.shape(), c.attrs);
+  if (y.numel() == 0) return;
+  visit_floating(x.dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      pool_onednn(p, dnnl::algorithm::pooling_avg_include_padding, x, y);
+    } else {
+      const T* px = x.data<T>();
+      T* py = y.data<T>();
+      const T divisor = static_cast<T>(p.kernel[0] * p.kernel[1]);
+      for_each_window(
+          p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+            T sum = 0;
+            for (int64_t iy = iy0; iy < iy1; ++iy) {
+              for (int64_t ix = ix0; ix < ix1; ++ix) sum += px[plane + iy * p.w + ix];
+            }
+            py[out] = sum / divisor;
+          });
+    }
+  });
+}
+
+// max_pool2d_backward(x, grad_y) -> grad_x.
+std::vector<TensorMeta> infer_max_pool2d_backward(absl::Span<const TensorMeta> in,
+                                                  const Attrs& attrs) {
+  check_same_float(in);
+  Pool p = pool_geometry(in[0].shape, attrs);
+  TANDEM_CHECK(in[1].shape == p.out(), "grad_y must have the pooling's output shape ",
+               p.out().to_string(), ", got ", in[1].shape.to_string());
+  return {{in[0].shape, in[0].dtype}};
+}
+
+void max_pool2d_backward_kernel(const KernelContext& c) {
+  const Tensor &x = c.inputs[0], &gy = c.inputs[1], &gx = c.outputs[0];
+  Pool p = pool_geometry(x.shape(), c.attrs);
+  visit_floating(x.dtype(), [&]<class T>() {
+    const T *px = x.data<T>(), *pgy = gy.data<T>();
+    T* pgx = gx.data<T>();
+    std::fill(pgx, pgx + gx.numel(), T{0});
+    for_each_window(
+        p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+          pgx[plane + window_argmax(px + plane, p.w, iy0, iy1, ix0, ix1)] += pgy[out];
+        });
+  });
+}
+
+// avg_pool2d_backward(grad_y) -> grad_x; attrs + "input_shape".
+std::vector<TensorMeta> infer_avg_pool2d_backward(absl::Span<const TensorMeta> in,
+                                                  const Attrs& attrs) {
+  check_floating("grad_y", in[0].dtype);
+  Pool p = pool_geometry(shape_attr(attrs, "input_shape"), attrs);
+  TANDEM_CHECK(in[0].shape == p.out(), "grad_y must have the pooling's output shape ",
+               p.out().to_string(), ", got ", in[0].shape.to_string());
+  return {{p.in(), in[0].dtype}};
+}
+
+void avg_pool2d_backward_kernel(const KernelContext& c) {
+  const Tensor &gy = c.inputs[0], &gx = c.outputs[0];
+  Pool p = pool_geometry(gx.shape(), c.attrs);
+  visit_floating(gy.dtype(), [&]<class T>() {
+    const T* pgy = gy.data<T>();
+    T* pgx = gx.data<T>();
+    std::fill(pgx, pgx + gx.numel(), T{0});
+    const T divisor = static_cast<T>(p.kernel[0] * p.kernel[1]);
+    for_each_window(
+        p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+          const T share = pgy[out] / divisor;
+          for (int64_t iy = iy0; iy < iy1; ++iy) {
+            for (int64_t ix = ix0; ix < ix1; ++ix) pgx[plane + iy * p.w + ix] += share;
+          }
+        });
+  });
+}
+
+std::vector<Tensor> max_pool2d_gradient(const GradContext& c) {
+  return {op("max_pool2d_backward", {c.inputs[0], c.grad_outputs[0]}, c.attrs)};
+}
+
+std::vector<Tensor> avg_pool2d_gradient(const GradContext& c) {
+  return {op("avg_pool2d_backward", {c.grad_outputs[0]},
+             with_shape(c.attrs, "input_shape", c.inputs[0].shape()))};
+}
+
+// adaptive_avg_pool2d
+
+struct Adaptive {
+  int64_t planes, h, w, oh, ow;
+};
+
+Adaptive adaptive_geometry(const Shape& x, const Attrs& attrs) {
+  check_nchw("x", x);
+  Pair size = pair_attr(attrs, "output_size", 1);
+  TANDEM_CHECK(x[2] > 0 && x[3] > 0, "input of shape ", x.to_string(),
+               " has an empty plane; nothing to average");
+  return {x[0] * x[1], x[2], x[3], size[0], size[1]};
+}
+
+// Calls f(out_index, plane_offset, iy0, iy1, ix0, ix1) per output element.
+template <class F>
+void for_each_adaptive_window(const Adaptive& a, F f) {
+  for (int64_t plane = 0; plane < a.planes; ++plane) {
+    for (int64_t oy = 0; oy < a.oh; ++oy) {
+      const int64_t iy0 = oy * a.h / a.oh, iy1 = ((oy + 1) * a.h + a.oh - 1) / a.oh;
+      for (int64_t ox = 0; ox < a.ow; ++ox) {
+        const int64_t ix0 = ox * a.w / a.ow, ix1 = ((ox + 1) * a.w + a.ow - 1) / a.ow;
+        f((plane * a.oh + oy) * a.ow + ox, plane * a.h * a.w, iy0, iy1, ix0, ix1);
+      }
+    }
+  }
+}
+
+std::vector<TensorMeta> infer_adaptive_avg_pool2d(absl::Span<const TensorMeta> in,
+                                                  const Attrs& attrs) {
+  check_floating("x", in[0].dtype);
+  Adaptive a = adaptive_geometry(in[0].shape, attrs);
+  return {{Shape{in[0].shape[0], in[0].shape[1], a.oh, a.ow}, in[0].dtype}};
+}
+
+void adaptive_avg_pool2d_kernel(const KernelContext& c) {
+  const Tensor &x = c.inputs[0], &y = c.outputs[0];
+  Adaptive a = adaptive_geometry(x.shape(), c.attrs);
+  visit_floating(x.dtype(), [&]<class T>() {
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    for_each_adaptive_window(
+        a, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+          T sum = 0;
+          for (int64_t iy = iy0; iy < iy1; ++iy) {
+            for (int64_t ix = ix0; ix < ix1; ++ix) sum += px[plane + iy * a.w + ix];
+          }
+          py[out] = sum / static_cast<T>((iy1 - iy0) * (ix1 - ix0));
+        });
+  });
+}
+
+// adaptive_avg_pool2d_backward(grad_y) -> grad_x; attrs "input_shape" (the
+// output size is grad_y's).
+std::vector<TensorMeta> infer_adaptive_avg_pool2d_backward(absl::Span<const TensorMeta> in,
+                                                           const Attrs& attrs) {
+  check_floating("grad_y", in[0].dtype);
+  Shape x = shape_attr(attrs, "input_shape");
+  check_nchw("grad_y", in[0].shape);
+  TANDEM_CHECK(in[0].shape[0] == x[0] && in[0].shape[1] == x[1] && in[0].shape[2] > 0 &&
+                   in[0].shape[3] > 0 && x[2] > 0 && x[3] > 0,
+               "grad_y of shape ", in[0].shape.to_string(), " does not match input_shape ",
+               x.to_string());
+  return {{x, in[0].dtype}};
+}
+
+void adaptive_avg_pool2d_backward_kernel(const KernelContext& c) {
+  const Tensor &gy = c.inputs[0], &gx = c.outputs[0];
+  const Shape &x = gx.shape(), &y = gy.shape();
+  Adaptive a{x[0] * x[1], x[2], x[3], y[2], y[3]};
+  visit_floating(gy.dtype(), [&]<class T>() {
+    const T* pgy = gy.data<T>();
+    T* pgx = gx.data<T>();
+    std::fill(pgx, pgx + gx.numel(), T{0});
+    for_each_adaptive_window(
+        a, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+          const T share = pgy[out] / static_cast<T>((iy1 - iy0) * (ix1 - ix0));
+          for (int64_t iy = iy0; iy < iy1; ++iy) {
+            for (int64_t ix = ix0; ix < ix1; ++ix) pgx[plane + iy * a.w + ix] += share;
+          }
+        });
+  });
+}
+
+std::vector<Tensor> adaptive_avg_pool2d_gradient(const GradContext& c) {
+  Attrs attrs;
+  attrs.set("input_shape",
+            std::vector<int64_t>(c.inputs[0].shape().begin(), c.inputs[0].shape().end()));
+  return {op("adaptive_avg_pool2d_backward", {c.grad_outputs[0]}, attrs)};
+}
+
+std::vector<AttrSpec> conv_attrs() {
+  return {{"stride", std::vector<int64_t>{1, 1}},
+          {"padding", std::vector<int64_t>{0, 0}},
+          {"dilation", std::vector<int64_t>{1, 1}},
+          {"groups", int64_t{1}}};
+}
+
+std::vector<AttrSpec> pool_attrs() {
+  return {{"kernel", std::vector<int64_t>{}, /*required=*/true},
+          {"stride", std::vector<int64_t>{}},
+          {"padding", std::vector<int64_t>{0, 0}}};
+}
+
+std::vector<AttrSpec> plus(std::vector<AttrSpec> attrs, const char* shape_name) {
+  attrs.push_back({shape_name, std::vector<int64_t>{}, /*required=*/true});
+  return attrs;
+}
+
+}  // namespace
+
+void register_conv_pool_ops(Registry& registry) {
+  registry.add({.name = "conv2d",
+                .num_inputs = 3,
+                .attrs = conv_attrs(),
+                .infer = infer_conv2d,
+                .cpu = conv2d_kernel,
+                .gradient = conv2d_gradient,
+                .doc = "2-D convolution: x [N, C, H, W], weight [O, C / groups, kH, kW], "
+                       "bias [O]",
+                .uses_all_cores = true});
+  registry.add({.name = "conv2d_backward_data",
+                .num_inputs = 2,
+                .attrs = plus(conv_attrs(), "input_shape"),
+                .infer = infer_conv2d_backward_data,
+                .cpu = conv2d_backward_data_kernel,
+                .differentiable = false,
+                .doc = "gradient of conv2d's x: (grad_y, weight) -> grad_x",
+                .uses_all_cores = true});
+  registry.add({.name = "conv2d_backward_weight",
+                .num_inputs = 2,
+                .num_outputs = 2,
+                .attrs = plus(conv_attrs(), "weight_shape"),
+                .infer = infer_conv2d_backward_weight,
+                .cpu = conv2d_backward_weight_kernel,
+                .differentiable = false,
+                .doc = "gradients of conv2d's weight and bias: (x, grad_y) -> grad_w, grad_b",
+                .uses_all_cores = true});
+  registry.add({.name = "max_pool2d",
+                .attrs = pool_attrs(),
+                .infer = infer_pool,
+                .cpu = max_pool2d_kernel,
+                .gradient = max_pool2d_gradient,
+                .doc = "max over kernel windows of x [N, C, H, W] (stride defaults to kernel)",
+                .uses_all_cores = true});
+  registry.add({.name = "max_pool2d_backward",
+                .num_inputs = 2,
+                .attrs = pool_attrs(),
+                .infer = infer_max_pool2d_backward,
+                .cpu = max_pool2d_backward_kernel,
+                .differentiable = false,
+                .doc = "gradient of max_pool2d: (x, grad_y) -> grad_x, to each window's argmax"});
+  registry.add({.name = "avg_pool2d",
+                .attrs = pool_attrs(),
+                .infer = infer_pool,
+                .cpu = avg_pool2d_kernel,
+                .gradient = avg_pool2d_gradient,
+                .doc = "mean over kernel windows of x [N, C, H, W]; padding counts as zeros",
+                .uses_all_cores = true});
+  registry.add({.name = "avg_pool2d_backward",
+                .attrs = plus(pool_attrs(), "input_shape"),
+                .infer = infer_avg_pool2d_backward,
+                .cpu = avg_pool2d_backward_kernel,
+                .differentiable = false,
+                .doc = "gradient of avg_pool2d: grad_y -> grad_x"});
+  registry.add({.name = "adaptive_avg_pool2d",
+                .attrs = {{"output_size", std::vector<int64_t>{}, /*required=*/true}},
+                .infer = infer_adaptive_avg_pool2d,
+                .cpu = adaptive_avg_pool2d_kernel,
+                .gradient = adaptive_avg_pool2d_gradient,
+                .doc = "mean over output_size adaptive windows of x [N, C, H, W]"});
+  registry.add({.name = "adaptive_avg_pool2d_backward",
+                .attrs = {{"input_shape", std::vector<int64_t>{}, /*required=*/true}},
+                .infer = infer_adaptive_avg_pool2d_backward,
+                .cpu = adaptive_avg_pool2d_backward_kernel,
+                .differentiable = false,
+                .doc = "gradient of adaptive_avg_pool2d: grad_y -> grad_x"});
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,280 @@
+// Elementwise binary ops with NumPy broadcasting: add, sub, mul, div, pow,
+// maximum, minimum, and the comparisons eq, ne, lt, le, gt, ge (bool output,
+// not differentiable). Both operands must have the same dtype: Tandem does
+// not promote silently; cast first.
+#include <cmath>
+
+#include "kernels/broadcast.h"
+#include "kernels/cpu/dtype_visit.h"
+#include "kernels/ops/families.h"
+#include "kernels/ops/op_helpers.h"
+#include "kernels/registry.h"
+
+namespace tandem::kernels {
+namespace {
+
+std::vector<TensorMeta> infer_binary(absl::Span<const TensorMeta> in, DType out_dtype) {
+  TANDEM_CHECK(in[0].dtype == in[1].dtype, "dtype mismatch: ", dtype_name(in[0].dtype), " and ",
+               dtype_name(in[1].dtype), " (shapes ", in[0].shape.to_string(), " and ",
+               in[1].shape.to_string(), "); cast one operand first");
+  return {{broadcast_shapes(in[0].shape, in[1].shape), out_dtype}};
+}
+
+std::vector<TensorMeta> infer_arithmetic(absl::Span<const TensorMeta> in, const Attrs&) {
+  TANDEM_CHECK(in[0].dtype != DType::kBool && in[0].dtype != DType::kFloat16 &&
+                   in[0].dtype != DType::kBFloat16,
+               "arithmetic on ", dtype_name(in[0].dtype), " is not supported; cast to float32");
+  return infer_binary(in, in[0].dtype);
+}
+
+std::vector<TensorMeta> infer_comparison(absl::Span<const TensorMeta> in, const Attrs&) {
+  return infer_binary(in, DType::kBool);
+}
+
+// out[i] = f(a[i'], b[i'']) over the broadcast shape. The innermost axis is
+// a plain loop the compiler vectorizes when both operands are contiguous or
+// one is a scalar along it.
+template <class In, class Out, class F>
+void broadcast_loop(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  const In* pa = static_cast<const In*>(a.raw_data());
+  const In* pb = static_cast<const In*>(b.raw_data());
+  Out* po = static_cast<Out*>(out.raw_data());
+  const Shape& shape = out.shape();
+  int64_t n = shape.numel();
+  if (n == 0) return;
+  if (a.shape() == b.shape()) {
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    return;
+  }
+  if (b.numel() == 1 && a.numel() == n) {
+    In vb = pb[0];
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], vb);
+    return;
+  }
+  if (a.numel() == 1 && b.numel() == n) {
+    In va = pa[0];
+    for (int64_t i = 0; i < n; ++i) po[i] = f(va, pb[i]);
+    return;
+  }
+  Strides sa = broadcast_strides(a.shape(), shape);
+  Strides sb = broadcast_strides(b.shape(), shape);
+  int rank = shape.rank();
+  int64_t inner = shape[rank - 1];
+  int64_t ia = sa[rank - 1], ib = sb[rank - 1];
+  Strides index(rank, 0);
+  int64_t offset_a = 0, offset_b = 0;
+  for (int64_t start = 0; start < n; start += inner) {
+    for (int64_t i = 0; i < inner; ++i)
+      po[start + i] = f(pa[offset_a + i * ia], pb[offset_b + i * ib]);
+    // Advance the outer multi-index (axes rank-2 .. 0) with carries.
+    for (int axis = rank - 2; axis >= 0; --axis) {
+      offset_a += sa[axis];
+      offset_b += sb[axis];
+      if (++index[axis] < shape[axis]) break;
+      offset_a -= sa[axis] * shape[axis];
+      offset_b -= sb[axis] * shape[axis];
+      index[axis] = 0;
+    }
+  }
+}
+
+template <class F>
+void arithmetic_kernel(const KernelContext& c) {
+  visit_numeric(c.inputs[0].dtype(), [&]<class T>() {
+    broadcast_loop<T, T>(c.inputs[0], c.inputs[1], c.outputs[0],
+                         [](T x, T y) { return static_cast<T>(F{}(x, y)); });
+  });
+}
+
+template <class F>
+void comparison_kernel(const KernelContext& c) {
+  visit_all(c.inputs[0].dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      broadcast_loop<T, bool>(c.inputs[0], c.inputs[1], c.outputs[0], [](T x, T y) {
+        return F{}(static_cast<float>(x), static_cast<float>(y));
+      });
+    } else {
+      broadcast_loop<T, bool>(c.inputs[0], c.inputs[1], c.outputs[0],
+                              [](T x, T y) { return F{}(x, y); });
+    }
+  });
+}
+
+struct Add {
+  template <class T>
+  auto operator()(T x, T y) const {
+    return x + y;
+  }
+};
+struct Sub {
+  template <class T>
+  auto operator()(T x, T y) const {
+    return x - y;
+  }
+};
+struct Mul {
+  template <class T>
+  auto operator()(T x, T y) const {
+    return x * y;
+  }
+};
+struct Div {
+  template <class T>
+  auto operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) {
+      return y == 0 ? T{0} : static_cast<T>(x / y);  // No trap on integer division by zero.
+    } else {
+      return x / y;
+    }
+  }
+};
+struct Pow {
+  template <class T>
+  auto operator()(T x, T y) const {
+    return std::pow(x, y);
+  }
+};
+// NaN in either operand gives NaN, as in NumPy's maximum/minimum.
+struct Maximum {
+  template <class T>
+  T operator()(T x, T y) const {
+    if (x != x || y != y) return x != x ? x : y;
+    return x > y ? x : y;
+  }
+};
+struct Minimum {
+  template <class T>
+  T operator()(T x, T y) const {
+    if (x != x || y != y) return x != x ? x : y;
+    return x < y ? x : y;
+  }
+};
+struct Eq {
+  template <class T>
+  bool operator()(T x, T y) const {
+    return x == y;
+  }
+};
+struct Ne {
+  template <class T>
+  bool operator()(T x, T y) const {
+    return x != y;
+  }
+};
+struct Lt {
+  template <class T>
+  bool operator()(T x, T y) const {
+    return x < y;
+  }
+};
+struct Le {
+  template <class T>
+  bool operator()(T x, T y) const {
+    return x <= y;
+  }
+};
+struct Gt {
+  template <class T>
+  bool operator()(T x, T y) const {
+    return x > y;
+  }
+};
+struct Ge {
+  template <class T>
+  bool operator()(T x, T y) const {
+    return x >= y;
+  }
+};
+
+// Gradients. Each sums back over the axes an operand was broadcast along.
+
+std::vector<Tensor> add_gradient(const GradContext& c) {
+  const Tensor& g = c.grad_outputs[0];
+  return {sum_to(g, c.inputs[0].shape()), sum_to(g, c.inputs[1].shape())};
+}
+
+std::vector<Tensor> sub_gradient(const GradContext& c) {
+  const Tensor& g = c.grad_outputs[0];
+  return {sum_to(g, c.inputs[0].shape()), sum_to(op("neg", {g}), c.inputs[1].shape())};
+}
+
+std::vector<Tensor> mul_gradient(const GradContext& c) {
+  const Tensor& g = c.grad_outputs[0];
+  const Tensor& a = c.inputs[0];
+  const Tensor& b = c.inputs[1];
+  return {sum_to(op("mul", {g, b}), a.shape()), sum_to(op("mul", {g, a}), b.shape())};
+}
+
+// d(a/b) = g/b, -g*a/b^2 = -(g/b) * (a/b).
+std::vector<Tensor> div_gradient(const GradContext& c) {
+  const Tensor& g = c.grad_outputs[0];
+  Tensor g_over_b = op("div", {g, c.inputs[1]});
+  return {sum_to(g_over_b, c.inputs[0].shape()),
+          sum_to(op("neg", {op("mul", {g_over_b, c.outputs[0]})}), c.inputs[1].shape())};
+}
+
+// d(a^b) = g*b*a^(b-1), g*a^b*log(a).
+std::vector<Tensor> pow_gradient(const GradContext& c) {
+  const Tensor& g = c.grad_outputs[0];
+  const Tensor& a = c.inputs[0];
+  const Tensor& b = c.inputs[1];
+  Tensor b_minus_one = op("sub", {b, scalar_tensor(1, b.dtype())});
+  Tensor grad_a = op("mul", {g, op("mul", {b, op("pow", {a, b_minus_one})})});
+  Tensor grad_b = op("mul", {g, op("mul", {c.outputs[0], op("log", {a})})});
+  return {sum_to(grad_a, a.shape()), sum_to(grad_b, b.shape())};
+}
+
+// The gradient goes to the operand that was selected (to `a` on ties).
+template <const char* kSelectsA>
+std::vector<Tensor> select_gradient(const GradContext& c) {
+  const Tensor& g = c.grad_outputs[0];
+  const Tensor& a = c.inputs[0];
+  const Tensor& b = c.inputs[1];
+  Tensor mask = op("cast", {op(kSelectsA, {a, b})}, {{"dtype", g.dtype()}});
+  Tensor grad_a = op("mul", {g, mask});
+  return {sum_to(grad_a, a.shape()), sum_to(op("sub", {g, grad_a}), b.shape())};
+}
+
+constexpr char kGe[] = "ge";
+constexpr char kLe[] = "le";
+
+OpDef arithmetic(std::string name, KernelFn kernel, GradientFn gradient, std::string doc) {
+  return {.name = std::move(name),
+          .num_inputs = 2,
+          .infer = infer_arithmetic,
+          .cpu = kernel,
+          .gradient = gradient,
+          .doc = std::move(doc)};
+}
+
+OpDef comparison(std::string name, KernelFn kernel, std::string doc) {
+  return {.name = std::move(name),
+          .num_inputs = 2,
+          .infer = infer_comparison,
+          .cpu = kernel,
+          .differentiable = false,
+          .doc = std::move(doc)};
+}
+
+}  // namespace
+
+void register_elementwise_binary_ops(Registry& registry) {
+  registry.add(arithmetic("add", arithmetic_kernel<Add>, add_gradient, "a + b"));
+  registry.add(arithmetic("sub", arithmetic_kernel<Sub>, sub_gradient, "a - b"));
+  registry.add(arithmetic("mul", arithmetic_kernel<Mul>, mul_gradient, "a * b"));
+  registry.add(arithmetic("div", arithmetic_kernel<Div>, div_gradient,
+                          "a / b (integer division by zero gives 0)"));
+  registry.add(arithmetic("pow", arithmetic_kernel<Pow>, pow_gradient, "a ** b"));
+  registry.add(arithmetic("maximum", arithmetic_kernel<Maximum>, select_gradient<kGe>,
+                          "the larger of a and b (NaN if either is NaN)"));
+  registry.add(arithmetic("minimum", arithmetic_kernel<Minimum>, select_gradient<kLe>,
+                          "the smaller of a and b (NaN if either is NaN)"));
+  registry.add(comparison("eq", comparison_kernel<Eq>, "a == b"));
+  registry.add(comparison("ne", comparison_kernel<Ne>, "a != b"));
+  registry.add(comparison("lt", comparison_kernel<Lt>, "a < b"));
+  registry.add(comparison("le", comparison_kernel<Le>, "a <= b"));
+  registry.add(comparison("gt", comparison_kernel<Gt>, "a > b"));
+  registry.add(comparison("ge", comparison_kernel<Ge>, "a >= b"));
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,19 @@
+// The register function of every op family. Internal to kernels/: the one
+// list of families lives in registry.cc, which calls each of these once.
+#pragma once
+
+namespace tandem::kernels {
+
+class Registry;
+
+void register_elementwise_binary_ops(Registry& registry);  // elementwise_binary.cc
+void register_elementwise_unary_ops(Registry& registry);   // elementwise_unary.cc
+void register_reduce_ops(Registry& registry);              // reduce.cc
+void register_shape_ops(Registry& registry);               // shape.cc
+void register_creation_ops(Registry& registry);            // creation.cc
+void register_matmul_ops(Registry& registry);              // matmul.cc
+void register_conv_pool_ops(Registry& registry);           // conv_pool.cc
+void register_norm_ops(Registry& registry);                // norm.cc
+void register_softmax_loss_ops(Registry& registry);        // softmax_loss.cc
+
+}  // namespace tandem::kernels

@@ -1,0 +1,122 @@
+// The op registry: every op, defined once (shared/DESIGN.md "One op, one place").
+//
+// An op family file (kernels/ops/<family>.cc) registers its ops side by side:
+//
+//   void register_elementwise_binary_ops(Registry& registry) {
+//     registry.add({
+//         .name = "add",
+//         .num_inputs = 2,
+//         .infer = infer_broadcast,           // shapes and dtypes, on the caller's thread
+//         .cpu = binary_kernel<Add>,          // runs on an engine worker
+//         .gradient = add_gradient,           // written with other ops
+//     });
+//   }
+//
+// Eager dispatch (dispatch.h), autograd, the tracer, the graph passes and the
+// model loader all read this table; nothing anywhere switches on op names.
+// A family's register function is listed once, in registry.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+
+#include "core/engine/engine.h"
+#include "core/tensor.h"
+#include "kernels/attrs.h"
+
+namespace tandem::kernels {
+
+// What inference knows about a tensor: its shape and dtype, no data.
+struct TensorMeta {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+};
+
+// One attribute of an op's schema. An attribute without a default is
+// required; a call that omits it is an error naming the op and attribute.
+struct AttrSpec {
+  std::string name;
+  AttrValue default_value;
+  bool required = false;
+};
+
+// What a kernel sees. Inputs are ready to read and outputs are allocated,
+// with the shapes and dtypes inference gave; the engine guarantees no other
+// op touches them while the kernel runs.
+struct KernelContext {
+  absl::Span<const Tensor> inputs;
+  absl::Span<const Tensor> outputs;
+  const Attrs& attrs;
+  const engine::RunContext& run;
+};
+
+// What a gradient function sees: the forward call and the gradients of its
+// outputs (an undefined Tensor where an output's gradient is zero).
+struct GradContext {
+  absl::Span<const Tensor> inputs;
+  absl::Span<const Tensor> outputs;
+  absl::Span<const Tensor> grad_outputs;
+  const Attrs& attrs;
+};
+
+// Shape and dtype inference. Checks its inputs with TANDEM_CHECK; the message
+// then names the op and the user's line (see Note [Call sites] in error.h).
+using InferFn = std::vector<TensorMeta> (*)(absl::Span<const TensorMeta> inputs,
+                                            const Attrs& attrs);
+using KernelFn = void (*)(const KernelContext& context);
+// Returns one gradient per input, each computed with ops (so it runs through
+// the engine, is traced like any op, and can itself be differentiated); an
+// undefined Tensor for inputs that get no gradient.
+using GradientFn = std::vector<Tensor> (*)(const GradContext& context);
+
+inline constexpr int kVariadic = -1;
+
+struct OpDef {
+  std::string name;
+  int num_inputs = 1;   // Or kVariadic (at least one).
+  int num_outputs = 1;  // Or kVariadic: inference decides (e.g. split).
+  std::vector<AttrSpec> attrs;
+  InferFn infer = nullptr;
+  KernelFn cpu = nullptr;
+  KernelFn cuda = nullptr;  // Filled by the CUDA backend where it exists.
+  GradientFn gradient = nullptr;
+  // Ops without a gradient must say so: an op that forgot its gradient fails
+  // the registry's completeness test instead of silently stopping backward.
+  bool differentiable = true;
+  // A one-line description for listings and error messages.
+  std::string doc;
+  // The CPU kernel runs multi-threaded (oneDNN's OpenMP) and gets the whole
+  // thread budget; see Note [Thread budget] in dispatch.h.
+  bool uses_all_cores = false;
+};
+
+class Registry {
+ public:
+  // Every op Tandem has; built on first use.
+  static const Registry& global();
+
+  // Throws tandem::Error "unknown op 'x'" for a name that is not registered.
+  const OpDef& get(std::string_view name) const;
+  const OpDef* find(std::string_view name) const;
+  // All ops, sorted by name.
+  std::vector<const OpDef*> all() const;
+
+  // Adds an op; throws tandem::Error if the definition is incomplete or the
+  // name is taken. Used by the family register functions.
+  void add(OpDef def);
+
+ private:
+  absl::flat_hash_map<std::string, std::unique_ptr<const OpDef>> ops_;
+};
+
+// The op's attributes with defaults filled in; throws tandem::Error naming the
+// op for unknown or missing attributes and wrong types.
+Attrs resolve_attrs(const OpDef& op, const Attrs& given);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,332 @@
+// Optimizers and learning-rate schedules: a few steps on a tiny problem
+// against PyTorch's update rules computed here in double, the errors, and two
+// end-to-end fits (a line, and a small MLP classifier).
+#include "eager/optim/optim.h"
+
+#include <cmath>
+#include <functional>
+#include <numbers>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "core/error.h"
+#include "eager/autograd.h"
+#include "eager/nn/nn.h"
+#include "eager/ops.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The tiny problem: loss = sum(c * p^2), so grad = 2 c p, for a float64
+// parameter starting at p0.
+const std::vector<double> kP0 = {1.0, -2.0, 0.5};
+const std::vector<double> kC = {0.5, 2.0, -1.0};
+
+Tensor make_param() {
+  Tensor p = Tensor::from_vector<double>(kP0, {3});
+  p.requires_grad_();
+  return p;
+}
+
+void compute_grad(const Tensor& p) {
+  Tensor loss = sum(mul(Tensor::from_vector<double>(kC, {3}), mul(p, p)));
+  loss.backward();
+}
+
+std::vector<double> reference_grad(const std::vector<double>& p) {
+  std::vector<double> g(p.size());
+  for (size_t i = 0; i < p.size(); ++i) g[i] = 2 * kC[i] * p[i];
+  return g;
+}
+
+// Runs `steps` optimizer steps on the tiny problem and compares the
+// parameter after each with `reference`, which updates p (in double) from
+// its gradient g.
+void check_steps(
+    optim::Optimizer& opt, const Tensor& p,
+    const std::function<void(std::vector<double>&, const std::vector<double>&)>& reference,
+    int steps = 3) {
+  std::vector<double> expected = kP0;
+  for (int step = 0; step < steps; ++step) {
+    opt.zero_grad();
+    compute_grad(p);
+    opt.step();
+    reference(expected, reference_grad(expected));
+    auto actual = p.to_vector<double>();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_NEAR(actual[i], expected[i], 1e-12) << "step " << step + 1 << ", element " << i;
+    }
+  }
+}
+
+// Verifies plain SGD: p -= lr g.
+TEST(OptimSgdTest, Plain) {
+  Tensor p = make_param();
+  optim::SGD opt({p}, 0.1);
+  check_steps(opt, p, [](auto& x, const auto& g) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] -= 0.1 * g[i];
+  });
+}
+
+// Verifies SGD with momentum, dampening and weight decay.
+TEST(OptimSgdTest, MomentumDampeningWeightDecay) {
+  Tensor p = make_param();
+  optim::SGD opt({p}, {.lr = 0.05, .momentum = 0.9, .dampening = 0.2, .weight_decay = 0.01});
+  std::vector<double> buf;
+  check_steps(
+      opt, p,
+      [&](auto& x, const auto& grad) {
+        std::vector<double> g = grad;
+        for (size_t i = 0; i < x.size(); ++i) g[i] += 0.01 * x[i];
+        if (buf.empty()) {
+          buf = g;
+        } else {
+          for (size_t i = 0; i < x.size(); ++i) buf[i] = 0.9 * buf[i] + 0.8 * g[i];
+        }
+        for (size_t i = 0; i < x.size(); ++i) x[i] -= 0.05 * buf[i];
+      },
+      4);
+  EXPECT_TRUE(opt.momentum_buffer(0).defined());
+}
+
+// Verifies SGD with Nesterov momentum: g += momentum buf.
+TEST(OptimSgdTest, Nesterov) {
+  Tensor p = make_param();
+  optim::SGD opt({p}, 0.1, /*momentum=*/0.5, /*dampening=*/0, /*weight_decay=*/0,
+                 /*nesterov=*/true);
+  std::vector<double> buf;
+  check_steps(opt, p, [&](auto& x, const auto& g) {
+    if (buf.empty()) {
+      buf = g;
+    } else {
+      for (size_t i = 0; i < x.size(); ++i) buf[i] = 0.5 * buf[i] + g[i];
+    }
+    for (size_t i = 0; i < x.size(); ++i) x[i] -= 0.1 * (g[i] + 0.5 * buf[i]);
+  });
+}
+
+// The Adam / AdamW reference in double.
+struct AdamReference {
+  AdamReference(double lr, double beta1, double beta2, double eps, double weight_decay,
+                bool decoupled, bool amsgrad = false)
+      : lr(lr),
+        beta1(beta1),
+        beta2(beta2),
+        eps(eps),
+        weight_decay(weight_decay),
+        decoupled(decoupled),
+        amsgrad(amsgrad) {}
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled, amsgrad;
+  std::vector<double> m, v, v_max;
+  int t = 0;
+
+  void operator()(std::vector<double>& x, const std::vector<double>& grad) {
+    if (m.empty()) m = v = v_max = std::vector<double>(x.size(), 0);
+    ++t;
+    for (size_t i = 0; i < x.size(); ++i) {
+      double g = grad[i];
+      if (decoupled) {
+        x[i] *= 1 - lr * weight_decay;
+      } else {
+        g += weight_decay * x[i];
+      }
+      m[i] = beta1 * m[i] + (1 - beta1) * g;
+      v[i] = beta2 * v[i] + (1 - beta2) * g * g;
+      v_max[i] = std::max(v_max[i], v[i]);
+      const double vv = amsgrad ? v_max[i] : v[i];
+      const double denom = std::sqrt(vv) / std::sqrt(1 - std::pow(beta2, t)) + eps;
+      x[i] -= lr / (1 - std::pow(beta1, t)) * m[i] / denom;
+    }
+  }
+};
+
+// Verifies Adam with defaults, and with L2 weight decay.
+TEST(OptimAdamTest, MatchesReference) {
+  Tensor p = make_param();
+  optim::Adam opt({p});
+  check_steps(opt, p, AdamReference{1e-3, 0.9, 0.999, 1e-8, 0, false});
+  EXPECT_EQ(opt.step_count(0), 3);
+
+  Tensor q = make_param();
+  optim::Adam decayed({q}, {.lr = 0.1, .betas = {0.8, 0.9}, .eps = 1e-6, .weight_decay = 0.1});
+  check_steps(decayed, q, AdamReference{0.1, 0.8, 0.9, 1e-6, 0.1, false});
+}
+
+// Verifies AdamW's decoupled weight decay (default 1e-2) and amsgrad.
+TEST(OptimAdamTest, AdamWAndAmsgrad) {
+  Tensor p = make_param();
+  optim::AdamW opt({p}, {.lr = 0.1});
+  EXPECT_EQ(opt.options().weight_decay, 1e-2);
+  check_steps(opt, p, AdamReference{0.1, 0.9, 0.999, 1e-8, 1e-2, true});
+
+  Tensor q = make_param();
+  optim::Adam ams({q}, {.lr = 0.3, .amsgrad = true});
+  AdamReference reference{0.3, 0.9, 0.999, 1e-8, 0, false, true};
+  check_steps(ams, q, reference, 5);
+}
+
+// Verifies that a float32 parameter follows the float64 reference closely.
+TEST(OptimAdamTest, Float32Parameter) {
+  Tensor p = Tensor::from_vector<float>({1.0f, -2.0f, 0.5f}, {3});
+  p.requires_grad_();
+  optim::Adam opt({p}, {.lr = 0.1});
+  AdamReference reference{0.1, 0.9, 0.999, 1e-8, 0, false};
+  std::vector<double> expected = kP0;
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    sum(mul(Tensor::from_vector<float>({0.5f, 2.0f, -1.0f}, {3}), mul(p, p))).backward();
+    opt.step();
+    reference(expected, reference_grad(expected));
+  }
+  auto actual = p.to_vector<float>();
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(actual[i], expected[i], 1e-5);
+}
+
+// Verifies that parameters without a gradient are skipped: unchanged, and
+// their state does not advance.
+TEST(OptimTest, SkipsParametersWithoutGrad) {
+  Tensor used = make_param();
+  Tensor unused = make_param();
+  optim::Adam opt({used, unused});
+  compute_grad(used);
+  opt.step();
+  EXPECT_EQ(unused.to_vector<double>(), kP0);
+  EXPECT_EQ(opt.step_count(0), 1);
+  EXPECT_EQ(opt.step_count(1), 0);
+  EXPECT_FALSE(opt.exp_avg(1).defined());
+  opt.zero_grad();
+  EXPECT_FALSE(used.grad().defined());
+  opt.step();  // No gradients at all: nothing happens.
+  EXPECT_EQ(opt.step_count(0), 1);
+}
+
+// Verifies that the module's own handle sees the optimizer's update.
+TEST(OptimTest, UpdatesAreSeenByTheModule) {
+  nn::Linear fc(2, 1);
+  const auto before = fc.weight().to_vector<float>();
+  optim::SGD opt(fc.parameters(), 1.0);
+  sum(fc.forward(ones({1, 2}))).backward();  // d/dw = 1 for each weight.
+  opt.step();
+  const auto after = fc.weight().to_vector<float>();
+  EXPECT_FLOAT_EQ(after[0], before[0] - 1);
+  EXPECT_FLOAT_EQ(after[1], before[1] - 1);
+  EXPECT_TRUE(fc.weight().requires_grad());
+}
+
+// Verifies the option checks.
+TEST(OptimTest, Errors) {
+  Tensor p = make_param();
+  auto expect_error = [](auto&& f, const std::string& part) {
+    try {
+      f();
+      ADD_FAILURE() << "expected an error containing " << part;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(part));
+    }
+  };
+  expect_error([&] { optim::SGD({p}, -1.0); }, "learning rate must be >= 0, got -1");
+  expect_error([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }, "nesterov");
+  expect_error([&] { optim::SGD({p}, {.lr = 0.1, .momentum = -1}); }, "momentum");
+  expect_error([&] { optim::Adam({p}, {.betas = {0.9, 1.0}}); }, "betas must be in [0, 1)");
+  expect_error([&] { optim::AdamW({p}, {.weight_decay = -1}); }, "AdamW: weight_decay");
+  expect_error([&] { optim::SGD({ones({2})}, 0.1); }, "does not require grad");
+  expect_error([&] { optim::SGD({Tensor()}, 0.1); }, "undefined");
+  optim::SGD opt({p}, 0.1);
+  expect_error([&] { opt.set_lr(-0.5); }, "learning rate");
+  expect_error([&] { optim::StepLR(opt, 0); }, "step_size must be > 0");
+  expect_error([&] { optim::CosineAnnealingLR(opt, 0); }, "T_max must be > 0");
+}
+
+// Verifies StepLR and CosineAnnealingLR against their formulas.
+TEST(OptimScheduleTest, StepAndCosine) {
+  Tensor p = make_param();
+  optim::SGD opt({p}, 0.1);
+  optim::StepLR step_lr(opt, 3, 0.5);
+  const double expected_step[] = {0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025};
+  for (double lr : expected_step) {
+    step_lr.step();
+    EXPECT_DOUBLE_EQ(opt.lr(), lr) << "epoch " << step_lr.epoch();
+  }
+
+  optim::Adam adam({p}, {.lr = 1.0});
+  optim::CosineAnnealingLR cosine(adam, 4, 0.2);
+  EXPECT_DOUBLE_EQ(cosine.lr_at(0), 1.0);
+  for (int epoch = 1; epoch <= 6; ++epoch) {
+    cosine.step();
+    const double expected = 0.2 + 0.8 * (1 + std::cos(std::numbers::pi * epoch / 4)) / 2;
+    EXPECT_NEAR(adam.lr(), expected, 1e-15) << "epoch " << epoch;
+  }
+  EXPECT_DOUBLE_EQ(cosine.lr_at(4), 0.2);
+}
+
+// Verifies clip_grad_norm_: the total norm over all gradients, scaling only
+// when it exceeds max_norm, and separate results for grads that share a handle.
+TEST(OptimClipTest, ClipGradNorm) {
+  Tensor a = Tensor::from_vector<double>({3, 0}, {2}).requires_grad_();
+  Tensor b = Tensor::from_vector<double>({0, 0}, {2}).requires_grad_();
+  Tensor unused = Tensor::from_vector<double>({1}, {1}).requires_grad_();
+  // d/da = d/db = {3, 4}: the two grads may be one handle.
+  sum(mul(add(a, b), Tensor::from_vector<double>({3, 4}, {2}))).backward();
+  Tensor total = optim::clip_grad_norm_({a, b, unused}, 1.0);
+  EXPECT_NEAR(total.item<double>(), std::sqrt(50.0), 1e-12);
+  const double scale = 1.0 / (std::sqrt(50.0) + 1e-6);
+  for (const Tensor& p : {a, b}) {
+    auto g = p.grad().to_vector<double>();
+    EXPECT_NEAR(g[0], 3 * scale, 1e-12);
+    EXPECT_NEAR(g[1], 4 * scale, 1e-12);
+  }
+  EXPECT_FALSE(unused.grad().defined());
+  // Below max_norm: unchanged.
+  Tensor small = optim::clip_grad_norm_({a}, 10.0);
+  EXPECT_NEAR(a.grad().to_vector<double>()[1], 4 * scale, 1e-12);
+  EXPECT_NEAR(small.item<double>(), 5 * scale, 1e-12);
+  EXPECT_FALSE(optim::clip_grad_norm_({unused}, 1.0).defined());
+}
+
+// Verifies an end-to-end fit of y = 3x + 2 with Linear(1, 1), SGD and MSE.
+TEST(OptimEndToEndTest, FitsALine) {
+  manual_seed(3);
+  nn::Linear model(1, 1);
+  optim::SGD opt(model.parameters(), 0.1);
+  Tensor x = sub(mul(rand({64, 1}), 2.0), 1.0);  // Uniform in [-1, 1).
+  Tensor y = add(mul(x, 3.0), 2.0);
+  for (int step = 0; step < 200; ++step) {
+    opt.zero_grad();
+    mse_loss(model.forward(x), y).backward();
+    opt.step();
+  }
+  EXPECT_NEAR(model.weight().item<float>(), 3.0, 1e-2);
+  EXPECT_NEAR(model.bias().item<float>(), 2.0, 1e-2);
+}
+
+// Verifies that a 2-layer MLP trained with Adam separates a small synthetic
+// set (label: the point's quadrant parity, XOR-like) to > 95% train accuracy.
+TEST(OptimEndToEndTest, MlpClassifies) {
+  manual_seed(4);
+  const int n = 256;
+  Tensor x = sub(mul(rand({n, 2}), 2.0), 1.0);
+  const auto xs = x.to_vector<float>();
+  std::vector<int64_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[i] = (xs[2 * i] > 0) == (xs[2 * i + 1] > 0) ? 1 : 0;
+  Tensor y = Tensor::from_vector<int64_t>(labels, {n});
+
+  nn::Sequential mlp(nn::Linear(2, 32), nn::ReLU(), nn::Linear(32, 2));
+  optim::Adam opt(mlp.parameters(), {.lr = 0.02});
+  for (int step = 0; step < 400; ++step) {
+    opt.zero_grad();
+    cross_entropy(mlp.forward(x), y).backward();
+    opt.step();
+  }
+  const auto predicted = argmax(mlp.forward(x), 1).to_vector<int64_t>();
+  int correct = 0;
+  for (int i = 0; i < n; ++i) correct += predicted[i] == labels[i];
+  EXPECT_GT(correct, 0.95 * n) << correct << " of " << n;
+}
+
+}  // namespace
+}  // namespace tandem

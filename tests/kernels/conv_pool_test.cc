@@ -1,0 +1,439 @@
+// Rows for conv_pool.cc (conv2d, max/avg/adaptive pooling and their backward
+// ops) and its error messages.
+//
+// References: a direct convolution and direct pooling loops in double. The
+// backward ops of the linear maps (conv data/weight, avg pooling, adaptive
+// pooling) are checked against the adjoint of the forward reference, built
+// column by column from unit inputs: <ref(e_i), grad_y> is entry i of the
+// gradient. max pooling's backward scatters to the reference's argmax.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "tests/kernels/op_test_util.h"
+
+namespace tandem::kernels::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_tolerance = 1e-5) {
+  OpTestCase f32 = row;
+  f32.name += "_f32";
+  for (Tensor& t : f32.inputs) {
+    if (t.dtype() == DType::kFloat64) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+  }
+  f32.tolerance = f32_tolerance;
+  f32.check_gradient = false;
+  rows.push_back(std::move(row));
+  rows.push_back(std::move(f32));
+}
+
+struct ConvParams {
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  Attrs attrs() const {
+    return {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}};
+  }
+};
+
+// y[n, o, i, j] = b[o] + sum_{c in o's group, ky, kx} x[n, c, i s - p + ky d, ...] w[o, c', ky,
+// kx].
+std::vector<double> conv_values(const std::vector<double>& x, const Shape& xs,
+                                const std::vector<double>& w, const Shape& ws,
+                                const std::vector<double>& b, const ConvParams& p, Shape* out) {
+  const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], cg = ws[1], kh = ws[2],
+                kw = ws[3];
+  const int64_t oh = (h + 2 * p.padding[0] - p.dilation[0] * (kh - 1) - 1) / p.stride[0] + 1;
+  const int64_t ow = (wd + 2 * p.padding[1] - p.dilation[1] * (kw - 1) - 1) / p.stride[1] + 1;
+  *out = Shape{n, o, oh, ow};
+  std::vector<double> y(out->numel());
+  const int64_t og = o / p.groups;
+  for (int64_t in = 0; in < n; ++in) {
+    for (int64_t oc = 0; oc < o; ++oc) {
+      for (int64_t i = 0; i < oh; ++i) {
+        for (int64_t j = 0; j < ow; ++j) {
+          double sum = b[oc];
+          for (int64_t cc = 0; cc < cg; ++cc) {
+            int64_t channel = (oc / og) * cg + cc;
+            for (int64_t ky = 0; ky < kh; ++ky) {
+              for (int64_t kx = 0; kx < kw; ++kx) {
+                int64_t yy = i * p.stride[0] - p.padding[0] + ky * p.dilation[0];
+                int64_t xx = j * p.stride[1] - p.padding[1] + kx * p.dilation[1];
+                if (yy < 0 || yy >= h || xx < 0 || xx >= wd) continue;
+                sum += x[((in * c + channel) * h + yy) * wd + xx] *
+                       w[((oc * cg + cc) * kh + ky) * kw + kx];
+              }
+            }
+          }
+          y[((in * o + oc) * oh + i) * ow + j] = sum;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Entry i of the adjoint of the linear map f, applied to g: <f(e_i), g>.
+std::vector<double> adjoint(int64_t size,
+                            const std::function<std::vector<double>(const std::vector<double>&)>& f,
+                            const std::vector<double>& g) {
+  std::vector<double> out(size);
+  for (int64_t i = 0; i < size; ++i) {
+    std::vector<double> unit(size, 0.0);
+    unit[i] = 1;
+    out[i] = dot(f(unit), g);
+  }
+  return out;
+}
+
+OpTestCase conv_row(std::string name, Shape x, Shape w, ConvParams p) {
+  return {.name = std::move(name),
+          .op = "conv2d",
+          .inputs = {random_tensor(x, 1), random_tensor(w, 2), random_tensor({w[0]}, 3)},
+          .attrs = p.attrs(),
+          .reference = [p](const Inputs& in) {
+            Shape out;
+            std::vector<double> y = conv_values(values_of(in[0]), in[0].shape(), values_of(in[1]),
+                                                in[1].shape(), values_of(in[2]), p, &out);
+            return std::vector{result(y, out, in[0].dtype())};
+          }};
+}
+
+std::vector<int64_t> dims(const Shape& s) { return {s.begin(), s.end()}; }
+
+Shape conv_out(const Shape& x, const Shape& w, const ConvParams& p) {
+  Shape out;
+  conv_values(std::vector<double>(x.numel()), x, std::vector<double>(w.numel()), w,
+              std::vector<double>(w[0]), p, &out);
+  return out;
+}
+
+OpTestCase conv_backward_data_row(std::string name, Shape x, Shape w, ConvParams p) {
+  Attrs attrs = p.attrs();
+  attrs.set("input_shape", dims(x));
+  return {.name = std::move(name),
+          .op = "conv2d_backward_data",
+          .inputs = {random_tensor(conv_out(x, w, p), 4), random_tensor(w, 5)},
+          .attrs = attrs,
+          .reference = [x, p](const Inputs& in) {
+            std::vector<double> wv = values_of(in[1]), bias(in[1].shape()[0], 0.0);
+            Shape out;
+            auto f = [&](const std::vector<double>& xv) {
+              return conv_values(xv, x, wv, in[1].shape(), bias, p, &out);
+            };
+            return std::vector{result(adjoint(x.numel(), f, values_of(in[0])), x, in[0].dtype())};
+          }};
+}
+
+OpTestCase conv_backward_weight_row(std::string name, Shape x, Shape w, ConvParams p) {
+  Attrs attrs = p.attrs();
+  attrs.set("weight_shape", dims(w));
+  return {.name = std::move(name),
+          .op = "conv2d_backward_weight",
+          .inputs = {random_tensor(x, 6), random_tensor(conv_out(x, w, p), 7)},
+          .attrs = attrs,
+          .reference = [w, p](const Inputs& in) {
+            std::vector<double> xv = values_of(in[0]), g = values_of(in[1]);
+            std::vector<double> zero_w(w.numel(), 0.0), zero_b(w[0], 0.0);
+            Shape out;
+            auto f_w = [&](const std::vector<double>& wv) {
+              return conv_values(xv, in[0].shape(), wv, w, zero_b, p, &out);
+            };
+            auto f_b = [&](const std::vector<double>& bv) {
+              return conv_values(xv, in[0].shape(), zero_w, w, bv, p, &out);
+            };
+            return std::vector{result(adjoint(w.numel(), f_w, g), w, in[0].dtype()),
+                               result(adjoint(w[0], f_b, g), Shape{w[0]}, in[0].dtype())};
+          }};
+}
+
+// Pooling references. kind: "max", "avg" (divides by kh * kw) or "adaptive".
+struct PoolParams {
+  std::vector<int64_t> kernel{}, stride{}, padding{0, 0};
+  Attrs attrs() const {
+    Attrs a{{"kernel", kernel}, {"padding", padding}};
+    if (!stride.empty()) a.set("stride", stride);
+    return a;
+  }
+};
+
+// Output values and, for max, the flat input index of each window's first maximum.
+std::vector<double> pool_values(const std::string& kind, const std::vector<double>& x,
+                                const Shape& xs, const PoolParams& p, Shape* out,
+                                std::vector<int64_t>* argmax = nullptr) {
+  const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3];
+  std::vector<int64_t> stride = p.stride.empty() ? p.kernel : p.stride;
+  const int64_t oh =
+      kind == "adaptive" ? p.kernel[0] : (h + 2 * p.padding[0] - p.kernel[0]) / stride[0] + 1;
+  const int64_t ow =
+      kind == "adaptive" ? p.kernel[1] : (w + 2 * p.padding[1] - p.kernel[1]) / stride[1] + 1;
+  *out = Shape{xs[0], xs[1], oh, ow};
+  std::vector<double> y;
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        int64_t y0, y1, x0, x1;
+        if (kind == "adaptive") {
+          y0 = static_cast<int64_t>(std::floor(static_cast<double>(i * h) / oh));
+          y1 = static_cast<int64_t>(std::ceil(static_cast<double>((i + 1) * h) / oh));
+          x0 = static_cast<int64_t>(std::floor(static_cast<double>(j * w) / ow));
+          x1 = static_cast<int64_t>(std::ceil(static_cast<double>((j + 1) * w) / ow));
+        } else {
+          y0 = i * stride[0] - p.padding[0];
+          y1 = y0 + p.kernel[0];
+          x0 = j * stride[1] - p.padding[1];
+          x1 = x0 + p.kernel[1];
+        }
+        double best = -INFINITY, sum = 0;
+        int64_t best_index = -1, count = 0;
+        for (int64_t yy = y0; yy < y1; ++yy) {
+          for (int64_t xx = x0; xx < x1; ++xx) {
+            if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+            int64_t index = (pl * h + yy) * w + xx;
+            if (x[index] > best) best = x[index], best_index = index;
+            sum += x[index];
+            ++count;
+          }
+        }
+        if (argmax) argmax->push_back(best_index);
+        if (kind == "max") y.push_back(best);
+        if (kind == "avg") y.push_back(sum / static_cast<double>(p.kernel[0] * p.kernel[1]));
+        if (kind == "adaptive") y.push_back(sum / static_cast<double>(count));
+      }
+    }
+  }
+  return y;
+}
+
+OpTestCase pool_row(std::string kind, std::string name, Shape x, PoolParams p) {
+  OpTestCase row{.name = std::move(name),
+                 .op = kind == "adaptive" ? "adaptive_avg_pool2d" : kind + "_pool2d",
+                 .inputs = {random_tensor(x, 8)},
+                 .attrs = p.attrs(),
+                 .reference = [kind, p](const Inputs& in) {
+                   Shape out;
+                   std::vector<double> y =
+                       pool_values(kind, values_of(in[0]), in[0].shape(), p, &out);
+                   return std::vector{result(y, out, in[0].dtype())};
+                 }};
+  if (kind == "adaptive") row.attrs = Attrs{{"output_size", p.kernel}};
+  return row;
+}
+
+OpTestCase pool_backward_row(std::string kind, std::string name, Shape x, PoolParams p) {
+  Shape out;
+  pool_values(kind, std::vector<double>(x.numel()), x, p, &out);
+  OpTestCase row{
+      .name = std::move(name),
+      .op = kind == "adaptive" ? "adaptive_avg_pool2d_backward" : kind + "_pool2d_backward",
+      .inputs = {random_tensor(out, 9)},
+      .attrs = p.attrs(),
+      .reference = [kind, p, x](const Inputs& in) {
+        const Tensor& g = in.back();
+        Shape out;
+        if (kind == "max") {
+          std::vector<int64_t> argmax;
+          pool_values(kind, values_of(in[0]), x, p, &out, &argmax);
+          std::vector<double> gx(x.numel(), 0.0), gv = values_of(g);
+          for (size_t i = 0; i < argmax.size(); ++i) gx[argmax[i]] += gv[i];
+          return std::vector{result(gx, x, g.dtype())};
+        }
+        auto f = [&](const std::vector<double>& xv) { return pool_values(kind, xv, x, p, &out); };
+        return std::vector{result(adjoint(x.numel(), f, values_of(g)), x, g.dtype())};
+      }};
+  if (kind == "max") {
+    row.inputs.insert(row.inputs.begin(), random_tensor(x, 10));
+  } else {
+    if (kind == "adaptive") row.attrs = Attrs{};
+    row.attrs.set("input_shape", dims(x));
+  }
+  return row;
+}
+
+TANDEM_OP_TEST_ROWS(conv_pool) {
+  std::vector<OpTestCase> rows;
+  struct ConvCase {
+    const char* name;
+    Shape x, w;
+    ConvParams p;
+  };
+  std::vector<ConvCase> convs = {
+      {"basic", {1, 2, 5, 5}, {3, 2, 3, 3}, {}},
+      {"stride_padding", {2, 2, 5, 4}, {2, 2, 3, 3}, {.stride = {2, 1}, .padding = {1, 1}}},
+      {"dilation", {1, 1, 6, 6}, {2, 1, 2, 2}, {.padding = {1, 0}, .dilation = {2, 2}}},
+      {"groups", {1, 4, 4, 4}, {4, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}},
+      {"depthwise_stride", {1, 3, 5, 5}, {3, 1, 2, 2}, {.stride = {2, 2}, .groups = 3}},
+      {"one_by_one", {2, 3, 2, 3}, {2, 3, 1, 1}, {}},
+  };
+  for (const ConvCase& c : convs) {
+    add_both(rows, conv_row(c.name, c.x, c.w, c.p));
+    add_both(rows, conv_backward_data_row(c.name, c.x, c.w, c.p));
+    add_both(rows, conv_backward_weight_row(c.name, c.x, c.w, c.p));
+  }
+  // A shape where oneDNN picks an optimized kernel.
+  rows.push_back(conv_row("large_f32", {2, 8, 12, 12}, {16, 8, 3, 3}, {.padding = {1, 1}}));
+  for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+  rows.back().tolerance = 1e-5;
+  rows.back().check_gradient = false;
+
+  struct PoolCase {
+    const char* name;
+    Shape x;
+    PoolParams p;
+  };
+  std::vector<PoolCase> pools = {
+      {"2x2", {1, 2, 4, 4}, {.kernel = {2, 2}}},
+      {"3x3_stride2_pad1", {1, 2, 5, 5}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
+      {"uneven", {2, 1, 5, 6}, {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 0}}},
+  };
+  for (const char* kind : {"max", "avg"}) {
+    for (const PoolCase& c : pools) {
+      add_both(rows, pool_row(kind, c.name, c.x, c.p));
+      add_both(rows, pool_backward_row(kind, c.name, c.x, c.p));
+    }
+  }
+  std::vector<PoolCase> adaptive = {
+      {"2x3_of_5x7", {1, 2, 5, 7}, {.kernel = {2, 3}}},
+      {"global", {2, 2, 3, 4}, {.kernel = {1, 1}}},
+      {"upsample_4x5_of_3x2", {1, 1, 3, 2}, {.kernel = {4, 5}}},
+  };
+  for (const PoolCase& c : adaptive) {
+    add_both(rows, pool_row("adaptive", c.name, c.x, c.p));
+    add_both(rows, pool_backward_row("adaptive", c.name, c.x, c.p));
+  }
+  return rows;
+}
+
+std::string conv_error(Shape x, Shape w, Attrs attrs) {
+  try {
+    call("conv2d", {random_tensor(x, 1), random_tensor(w, 2), random_tensor({w.dim(0)}, 3)}, attrs);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string pool_error(const char* op, Shape x, Attrs attrs) {
+  try {
+    call(op, {random_tensor(x, 1)}, attrs);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Verifies that conv2d's attributes and shapes are checked with clear messages.
+TEST(Conv2dTest, BadArgumentsAreNamed) {
+  EXPECT_THAT(conv_error({1, 2, 5, 5}, {3, 2, 3, 3}, {{"stride", std::vector<int64_t>{-1, 1}}}),
+              HasSubstr("conv2d: stride must be positive, got [-1, 1]"));
+  EXPECT_THAT(conv_error({1, 2, 5, 5}, {3, 2, 3, 3}, {{"padding", std::vector<int64_t>{-1, 0}}}),
+              HasSubstr("padding must be non-negative"));
+  EXPECT_THAT(conv_error({1, 2, 5, 5}, {3, 2, 3, 3}, {{"dilation", std::vector<int64_t>{0, 1}}}),
+              HasSubstr("dilation must be positive"));
+  EXPECT_THAT(conv_error({1, 2, 5, 5}, {3, 2, 3, 3}, {{"stride", std::vector<int64_t>{1}}}),
+              HasSubstr("stride must have 2 values"));
+  EXPECT_THAT(conv_error({1, 2, 2, 2}, {3, 2, 3, 3}, {}),
+              HasSubstr("dilated kernel height (3) is larger than the padded input (2 + 2 * 0)"));
+  EXPECT_THAT(conv_error({1, 2, 5, 5}, {3, 2, 3, 3}, {{"dilation", std::vector<int64_t>{3, 1}}}),
+              HasSubstr("dilated kernel height (7) is larger"));
+  EXPECT_THAT(conv_error({1, 4, 5, 5}, {3, 2, 3, 3}, {{"groups", int64_t{2}}}),
+              HasSubstr("groups = 2 must divide both the input channels (4"));
+  EXPECT_THAT(conv_error({1, 3, 5, 5}, {4, 3, 3, 3}, {{"groups", int64_t{3}}}),
+              HasSubstr("groups = 3 must divide"));
+  EXPECT_THAT(conv_error({1, 4, 5, 5}, {4, 3, 3, 3}, {{"groups", int64_t{2}}}),
+              HasSubstr("weight of shape [4, 3, 3, 3] expects 6 input channels"));
+  EXPECT_THAT(conv_error({1, 2, 5, 5}, {3, 2, 3, 3}, {{"groups", int64_t{0}}}),
+              HasSubstr("groups must be positive, got 0"));
+  EXPECT_THAT(conv_error({2, 5, 5}, {3, 2, 3, 3}, {}),
+              HasSubstr("x must be [batch, channels, height, width], got shape [2, 5, 5]"));
+  try {
+    call("conv2d",
+         {random_tensor({1, 2, 5, 5}, 1), random_tensor({3, 2, 3, 3}, 2), random_tensor({2}, 3)});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bias must be [3], got shape [2]"));
+  }
+}
+
+// Verifies that pooling attributes are checked with clear messages.
+TEST(PoolTest, BadArgumentsAreNamed) {
+  EXPECT_THAT(pool_error("max_pool2d", {1, 1, 4, 4}, {}),
+              HasSubstr("missing required attribute 'kernel'"));
+  EXPECT_THAT(pool_error("max_pool2d", {1, 1, 4, 4}, {{"kernel", std::vector<int64_t>{5, 2}}}),
+              HasSubstr("kernel height (5) is larger than the padded input (4 + 2 * 0)"));
+  EXPECT_THAT(
+      pool_error("avg_pool2d", {1, 1, 4, 4},
+                 {{"kernel", std::vector<int64_t>{2, 2}}, {"stride", std::vector<int64_t>{0, 1}}}),
+      HasSubstr("avg_pool2d: stride must be positive"));
+  EXPECT_THAT(
+      pool_error("max_pool2d", {1, 1, 4, 4},
+                 {{"kernel", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{2, 0}}}),
+      HasSubstr("padding [2, 0] must be at most half the kernel [2, 2]"));
+  EXPECT_THAT(pool_error("adaptive_avg_pool2d", {1, 1, 4, 4},
+                         {{"output_size", std::vector<int64_t>{0, 2}}}),
+              HasSubstr("output_size must be positive"));
+  EXPECT_THAT(pool_error("max_pool2d", {4, 4}, {{"kernel", std::vector<int64_t>{2, 2}}}),
+              HasSubstr("x must be [batch, channels, height, width]"));
+}
+
+// Verifies the output size rule (floor) and the default stride (= kernel).
+TEST(PoolTest, OutputShapes) {
+  Tensor x = random_tensor({2, 3, 7, 6}, 1, -1, 1, DType::kFloat32);
+  EXPECT_EQ(call1("max_pool2d", {x}, {{"kernel", std::vector<int64_t>{2, 2}}}).shape(),
+            (Shape{2, 3, 3, 3}));
+  EXPECT_EQ(call1("avg_pool2d", {x},
+                  {{"kernel", std::vector<int64_t>{3, 3}},
+                   {"stride", std::vector<int64_t>{2, 2}},
+                   {"padding", std::vector<int64_t>{1, 1}}})
+                .shape(),
+            (Shape{2, 3, 4, 3}));
+  EXPECT_EQ(call1("conv2d",
+                  {x, random_tensor({4, 3, 3, 3}, 2, -1, 1, DType::kFloat32),
+                   random_tensor({4}, 3, -1, 1, DType::kFloat32)},
+                  {{"stride", std::vector<int64_t>{2, 2}}})
+                .shape(),
+            (Shape{2, 4, 3, 2}));
+}
+
+// Prints the float32 throughput of a 3x3 convolution and its two backward
+// ops (oneDNN, plain NCHW). Run with --gtest_also_run_disabled_tests.
+TEST(Conv2dTest, DISABLED_Throughput) {
+  auto f32 = [](Shape s, uint64_t seed) { return random_tensor(s, seed, -1, 1, DType::kFloat32); };
+  Tensor x = f32({8, 64, 28, 28}, 1), w = f32({64, 64, 3, 3}, 2), b = f32({64}, 3);
+  Attrs attrs{{"padding", std::vector<int64_t>{1, 1}}};
+  Tensor g = f32({8, 64, 28, 28}, 4);
+  Attrs data_attrs = attrs, weight_attrs = attrs;
+  data_attrs.set("input_shape", std::vector<int64_t>{8, 64, 28, 28});
+  weight_attrs.set("weight_shape", std::vector<int64_t>{64, 64, 3, 3});
+  const double flops = 2.0 * 8 * 64 * 64 * 9 * 28 * 28;
+  auto time = [&](const char* what, const std::function<void()>& f) {
+    f();  // Warm up.
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) f();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%s [8, 64, 28, 28] * [64, 64, 3, 3] float32: %.1f GFLOP/s\n", what,
+                flops * 5 / s / 1e9);
+  };
+  time("conv2d", [&] { call1("conv2d", {x, w, b}, attrs).wait_to_read(); });
+  time("conv2d_backward_data", [&] {
+    call1("conv2d_backward_data", {g, w}, data_attrs).wait_to_read();
+  });
+  time("conv2d_backward_weight", [&] {
+    call("conv2d_backward_weight", {x, g}, weight_attrs)[0].wait_to_read();
+  });
+}
+
+}  // namespace
+}  // namespace tandem::kernels::testing

@@ -1,0 +1,306 @@
+// Rows for elementwise_unary.cc, and its error messages and cast semantics.
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "core/error.h"
+#include "kernels/broadcast.h"
+#include "kernels/dispatch.h"
+#include "kernels/registry.h"
+#include "tests/kernels/op_test_util.h"
+
+namespace tandem::kernels::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Forward against f elementwise; the output keeps the input's dtype.
+OpTestCase unary_row(std::string op, std::string name, Tensor x, std::function<double(double)> f,
+                     Attrs attrs = {}) {
+  DType dtype = x.dtype();
+  return {.name = std::move(name),
+          .op = std::move(op),
+          .inputs = {std::move(x)},
+          .attrs = std::move(attrs),
+          .reference = [f, dtype](const Inputs& in) { return std::vector{map1(in[0], f, dtype)}; },
+          .check_gradient = dtype == DType::kFloat64};
+}
+
+Tensor as(DType dtype, const Tensor& t) { return tensor_of(values_of(t), t.shape(), dtype); }
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+double gelu(double x) { return x * 0.5 * (1 + std::erf(x / std::numbers::sqrt2)); }
+double sign(double x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+
+// cond ? a : b over the broadcast of all three, by plain index arithmetic.
+Tensor where_reference(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape()), b.shape());
+  const Tensor* ins[3] = {&cond, &a, &b};
+  std::vector<double> values[3];
+  Strides strides[3];
+  for (int k = 0; k < 3; ++k) {
+    values[k] = values_of(*ins[k]);
+    strides[k] = broadcast_strides(ins[k]->shape(), shape);
+  }
+  std::vector<double> out(shape.numel());
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    int64_t rest = i, at[3] = {0, 0, 0};
+    for (int axis = shape.rank() - 1; axis >= 0; --axis) {
+      int64_t index = rest % shape[axis];
+      rest /= shape[axis];
+      for (int k = 0; k < 3; ++k) at[k] += index * strides[k][axis];
+    }
+    out[i] = values[0][at[0]] != 0 ? values[1][at[1]] : values[2][at[2]];
+  }
+  return result(std::move(out), shape, a.dtype());
+}
+
+TANDEM_OP_TEST_ROWS(elementwise_unary) {
+  std::vector<OpTestCase> rows;
+  // Values away from 0, where abs, sign, relu and leaky_relu have kinks.
+  Tensor off_zero = tensor_of({-1.7, -0.8, -0.3, 0.2, 0.6, 1.4}, {2, 3});
+  Tensor positive = random_tensor({2, 3}, 1, 0.5, 2);
+  Tensor ints32 = tensor_of({-5, -1, 0, 3, 7, 100}, {2, 3}, DType::kInt32);
+  Tensor ints64 = tensor_of({-5, -1, 0, 3, 7, 100}, {2, 3}, DType::kInt64);
+
+  struct Floating {
+    const char* op;
+    std::function<double(double)> f;
+    Tensor x;
+  };
+  std::vector<Floating> floating = {
+      {"exp", [](double x) { return std::exp(x); }, random_tensor({2, 3}, 2, -2, 2)},
+      {"log", [](double x) { return std::log(x); }, positive},
+      {"sqrt", [](double x) { return std::sqrt(x); }, positive},
+      {"rsqrt", [](double x) { return 1 / std::sqrt(x); }, positive},
+      {"tanh", [](double x) { return std::tanh(x); }, random_tensor({2, 3}, 3, -2, 2)},
+      {"sigmoid", sigmoid, random_tensor({2, 3}, 4, -4, 4)},
+      {"erf", [](double x) { return std::erf(x); }, random_tensor({2, 3}, 5, -2, 2)},
+      {"gelu", gelu, random_tensor({2, 3}, 6, -3, 3)},
+  };
+  for (const auto& [op, f, x] : floating) {
+    rows.push_back(unary_row(op, "float64", x, f));
+    rows.push_back(unary_row(op, "float32", as(DType::kFloat32, x), f));
+  }
+  // Large and empty inputs: the random-direction gradient path, and no work.
+  rows.push_back(unary_row("tanh", "large", random_tensor({8, 9}, 7, -2, 2),
+                           [](double x) { return std::tanh(x); }));
+  rows.push_back(
+      unary_row("exp", "empty", random_tensor({0, 3}, 8), [](double x) { return std::exp(x); }));
+  rows.push_back(
+      unary_row("exp", "scalar", random_tensor({}, 9), [](double x) { return std::exp(x); }));
+  // Sigmoid at extremes must not overflow to NaN.
+  OpTestCase extreme =
+      unary_row("sigmoid", "extremes", tensor_of({-1000, -40, 40, 1000}, {4}), sigmoid);
+  extreme.check_gradient = false;
+  rows.push_back(extreme);
+
+  struct Signed {
+    const char* op;
+    std::function<double(double)> f;
+  };
+  std::vector<Signed> signed_ops = {
+      {"neg", [](double x) { return -x; }},
+      {"abs", [](double x) { return std::abs(x); }},
+      {"sign", sign},
+      {"square", [](double x) { return x * x; }},
+      {"relu", [](double x) { return std::max(x, 0.0); }},
+  };
+  for (const auto& [op, f] : signed_ops) {
+    rows.push_back(unary_row(op, "float64", off_zero, f));
+    rows.push_back(unary_row(op, "float32", as(DType::kFloat32, off_zero), f));
+    rows.push_back(unary_row(op, "int32", ints32, f));
+    rows.push_back(unary_row(op, "int64", ints64, f));
+  }
+
+  rows.push_back(unary_row("leaky_relu", "default_alpha", off_zero,
+                           [](double x) { return x >= 0 ? x : 0.01 * x; }));
+  rows.push_back(unary_row("leaky_relu", "alpha", off_zero,
+                           [](double x) { return x >= 0 ? x : 0.2 * x; }, {{"alpha", 0.2}}));
+  rows.push_back(unary_row("leaky_relu", "float32", as(DType::kFloat32, off_zero),
+                           [](double x) { return x >= 0 ? x : 0.2 * x; }, {{"alpha", 0.2}}));
+
+  // Bounds away from the inputs, where the gradient jumps.
+  auto clip = [](double lo, double hi) {
+    return [lo, hi](double x) { return std::min(std::max(x, lo), hi); };
+  };
+  rows.push_back(
+      unary_row("clip", "both", off_zero, clip(-0.5, 0.5), {{"min", -0.5}, {"max", 0.5}}));
+  rows.push_back(unary_row("clip", "min_only", off_zero, clip(0, kInf), {{"min", 0.0}}));
+  rows.push_back(unary_row("clip", "max_only", off_zero, clip(-kInf, 1), {{"max", 1.0}}));
+  rows.push_back(unary_row("clip", "none", off_zero, clip(-kInf, kInf)));
+  rows.push_back(unary_row("clip", "float32", as(DType::kFloat32, off_zero), clip(-0.5, 0.5),
+                           {{"min", -0.5}, {"max", 0.5}}));
+  rows.push_back(unary_row("clip", "int32_rounds_bounds_inward", ints32, clip(-2, 5),
+                           {{"min", -2.5}, {"max", 5.5}}));
+  rows.push_back(
+      unary_row("clip", "int64", ints64, clip(0, 10), {{"min", int64_t{0}}, {"max", 10.0}}));
+
+  // cast: the reference gives the values the target dtype holds.
+  auto cast_row = [](std::string name, Tensor x, DType to, std::function<double(double)> f) {
+    bool gradient = x.dtype() == DType::kFloat64 && to == DType::kFloat64;
+    return OpTestCase{
+        .name = std::move(name),
+        .op = "cast",
+        .inputs = {std::move(x)},
+        .attrs = {{"dtype", to}},
+        .reference = [f, to](const Inputs& in) { return std::vector{map1(in[0], f, to)}; },
+        .check_gradient = gradient};
+  };
+  auto same = [](double x) { return x; };
+  auto round_f32 = [](double x) { return static_cast<double>(static_cast<float>(x)); };
+  Tensor mixed = tensor_of({-2.75, -1.5, -0.25, 0, 0.5, 3.25}, {2, 3});
+  rows.push_back(cast_row("float64_to_float64", random_tensor({2, 3}, 10), DType::kFloat64, same));
+  rows.push_back(
+      cast_row("float64_to_float32", random_tensor({2, 3}, 11), DType::kFloat32, round_f32));
+  rows.push_back(cast_row("float32_to_float64", as(DType::kFloat32, mixed), DType::kFloat64, same));
+  // Values exactly representable in 16 bits, so the reference is exact.
+  rows.push_back(cast_row("float32_to_float16", as(DType::kFloat32, mixed), DType::kFloat16, same));
+  rows.push_back(
+      cast_row("float32_to_bfloat16", as(DType::kFloat32, mixed), DType::kBFloat16, same));
+  rows.push_back(cast_row("float16_to_float64", as(DType::kFloat16, mixed), DType::kFloat64, same));
+  rows.push_back(
+      cast_row("bfloat16_to_float16", as(DType::kBFloat16, mixed), DType::kFloat16, same));
+  rows.push_back(cast_row("float64_to_int32_truncates", mixed, DType::kInt32,
+                          [](double x) { return std::trunc(x); }));
+  rows.push_back(cast_row("float64_to_int64_saturates", tensor_of({NAN, 1e30, -1e30, 42.9}, {4}),
+                          DType::kInt64, [](double x) {
+                            if (std::isnan(x)) return 0.0;
+                            return std::clamp(std::trunc(x), -0x1p63, 0x1p63 - 1024);
+                          }));
+  rows.push_back(cast_row("float64_to_bool", tensor_of({0, -0.0, 0.5, NAN, -3}, {5}), DType::kBool,
+                          [](double x) { return x != 0 ? 1.0 : 0.0; }));
+  rows.push_back(cast_row("float64_to_uint8", tensor_of({0, 1, 254.5, 300, -4}, {5}), DType::kUInt8,
+                          [](double x) { return std::clamp(std::trunc(x), 0.0, 255.0); }));
+  rows.push_back(cast_row("int32_to_float64", ints32, DType::kFloat64, same));
+  rows.push_back(cast_row("int64_to_int32", ints64, DType::kInt32, same));
+  rows.push_back(
+      cast_row("int32_to_bool", ints32, DType::kBool, [](double x) { return x != 0 ? 1.0 : 0.0; }));
+  rows.push_back(
+      cast_row("bool_to_float32", tensor_of({1, 0, 1}, {3}, DType::kBool), DType::kFloat32, same));
+  rows.push_back(
+      cast_row("uint8_to_int64", tensor_of({0, 7, 255}, {3}, DType::kUInt8), DType::kInt64, same));
+
+  // where: broadcasting among all three operands.
+  auto where_row = [](std::string name, Tensor cond, Tensor a, Tensor b) {
+    bool gradient = a.dtype() == DType::kFloat64;
+    return OpTestCase{
+        .name = std::move(name),
+        .op = "where",
+        .inputs = {std::move(cond), std::move(a), std::move(b)},
+        .reference =
+            [](const Inputs& in) { return std::vector{where_reference(in[0], in[1], in[2])}; },
+        .check_gradient = gradient};
+  };
+  Tensor cond = tensor_of({1, 0, 0, 1, 1, 0}, {2, 3}, DType::kBool);
+  rows.push_back(
+      where_row("same_shape", cond, random_tensor({2, 3}, 12), random_tensor({2, 3}, 13)));
+  rows.push_back(where_row("broadcast_all", tensor_of({1, 0, 1}, {3, 1}, DType::kBool),
+                           random_tensor({2, 1, 4}, 14), random_tensor({4}, 15)));
+  rows.push_back(
+      where_row("scalar_operand", cond, random_tensor({2, 3}, 16), random_tensor({}, 17)));
+  rows.push_back(where_row("int32", cond, ints32, tensor_of({9}, {1}, DType::kInt32)));
+  rows.push_back(where_row("float32", cond, as(DType::kFloat32, random_tensor({2, 3}, 18)),
+                           as(DType::kFloat32, random_tensor({3}, 19))));
+  return rows;
+}
+
+// Runs `fn`, which must throw tandem::Error, and returns what() of it.
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no tandem::Error was thrown";
+  return "";
+}
+
+// Verifies that a floating-only op refuses integers, naming the op and dtype.
+TEST(ElementwiseUnaryTest, FloatingOpRefusesIntegers) {
+  Tensor x = tensor_of({1, 2}, {2}, DType::kInt32);
+  for (const char* op :
+       {"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "gelu", "leaky_relu"}) {
+    std::string what = error_of([&] { call(op, {x}); });
+    EXPECT_THAT(what, HasSubstr(op));
+    EXPECT_THAT(what, HasSubstr("int32"));
+  }
+}
+
+// Verifies that the integer-capable ops still refuse bool and uint8.
+TEST(ElementwiseUnaryTest, SignedOpsRefuseBoolAndUint8) {
+  std::string what = error_of([] { call("neg", {tensor_of({1, 0}, {2}, DType::kBool)}); });
+  EXPECT_THAT(what, HasSubstr("neg"));
+  EXPECT_THAT(what, HasSubstr("bool"));
+  what = error_of([] { call("relu", {tensor_of({1, 0}, {2}, DType::kUInt8)}); });
+  EXPECT_THAT(what, HasSubstr("uint8"));
+}
+
+// Verifies that clip refuses min > max, naming both bounds.
+TEST(ElementwiseUnaryTest, ClipBoundsOutOfOrder) {
+  std::string what = error_of([] {
+    call("clip", {random_tensor({2}, 1)}, {{"min", 2.0}, {"max", -1.0}});
+  });
+  EXPECT_THAT(what, HasSubstr("clip"));
+  EXPECT_THAT(what, HasSubstr("min=2"));
+  EXPECT_THAT(what, HasSubstr("max=-1"));
+}
+
+// Verifies that cast needs its dtype attribute.
+TEST(ElementwiseUnaryTest, CastNeedsDtype) {
+  std::string what = error_of([] { call("cast", {random_tensor({2}, 1)}); });
+  EXPECT_THAT(what, HasSubstr("cast"));
+  EXPECT_THAT(what, HasSubstr("'dtype'"));
+}
+
+// Verifies that where names a non-bool condition, mixed operand dtypes and
+// shapes that do not broadcast.
+TEST(ElementwiseUnaryTest, WhereChecksOperands) {
+  Tensor a = random_tensor({2, 3}, 1), b = random_tensor({2, 3}, 2);
+  Tensor cond = tensor_of({1, 0, 1}, {3}, DType::kBool);
+  std::string what = error_of([&] { call("where", {a, a, b}); });
+  EXPECT_THAT(what, HasSubstr("where"));
+  EXPECT_THAT(what, HasSubstr("condition must be bool, got float64"));
+  what = error_of([&] { call("where", {cond, a, as(DType::kFloat32, b)}); });
+  EXPECT_THAT(what, HasSubstr("float64 and float32"));
+  what = error_of([&] { call("where", {cond, a, random_tensor({4}, 3)}); });
+  EXPECT_THAT(what, HasSubstr("[2, 3]"));
+  EXPECT_THAT(what, HasSubstr("[4]"));
+}
+
+// Verifies that a cast gradient exists between floating dtypes only.
+TEST(ElementwiseUnaryTest, CastGradientOnlyBetweenFloatingTypes) {
+  const OpDef& cast = Registry::global().get("cast");
+  Tensor x = random_tensor({3}, 1);
+  auto gradient_of = [&](const Tensor& input, DType to) {
+    Attrs attrs{{"dtype", to}};
+    std::vector<Tensor> outputs = call("cast", {input}, attrs);
+    Tensor g = random_tensor(outputs[0].shape(), 2, -1, 1, DType::kFloat32);
+    std::vector<Tensor> grads = cast.gradient({{input}, outputs, {g}, attrs});
+    return grads[0];
+  };
+  Tensor back = gradient_of(x, DType::kFloat32);
+  ASSERT_TRUE(back.defined());
+  EXPECT_EQ(back.dtype(), DType::kFloat64);
+  EXPECT_FALSE(gradient_of(x, DType::kInt32).defined());
+  EXPECT_FALSE(gradient_of(tensor_of({1, 2, 3}, {3}, DType::kInt64), DType::kFloat32).defined());
+}
+
+// Verifies that sign's gradient is zeros, not undefined.
+TEST(ElementwiseUnaryTest, SignGradientIsZeros) {
+  const OpDef& sign = Registry::global().get("sign");
+  Tensor x = random_tensor({4}, 1);
+  std::vector<Tensor> outputs = call("sign", {x});
+  std::vector<Tensor> grads = sign.gradient({{x}, outputs, {random_tensor({4}, 2)}, Attrs()});
+  ASSERT_TRUE(grads[0].defined());
+  EXPECT_EQ(values_of(grads[0]), std::vector<double>(4, 0.0));
+}
+
+}  // namespace
+}  // namespace tandem::kernels::testing

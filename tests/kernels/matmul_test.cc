@@ -1,0 +1,236 @@
+// Rows for matmul.cc (matmul, linear), its error messages, and a throughput
+// figure for the float32 (oneDNN) path.
+#include <chrono>
+#include <cstdio>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "tests/kernels/op_test_util.h"
+
+namespace tandem::kernels::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The row in float64 (gradient checked) and a float32 copy (forward only).
+void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_tolerance = 1e-5) {
+  OpTestCase f32 = row;
+  f32.name += "_f32";
+  for (Tensor& t : f32.inputs) {
+    if (t.dtype() == DType::kFloat64) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+  }
+  f32.tolerance = f32_tolerance;
+  f32.check_gradient = false;
+  rows.push_back(std::move(row));
+  rows.push_back(std::move(f32));
+}
+
+// NumPy's matmul, element by element: 1-D operands become a row (a) or a
+// column (b), batch axes broadcast, the added axes are dropped at the end.
+Tensor reference_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  std::vector<int64_t> da(a.shape().begin(), a.shape().end());
+  std::vector<int64_t> db(b.shape().begin(), b.shape().end());
+  std::vector<double> va = values_of(a), vb = values_of(b);
+  const bool a_vec = da.size() == 1, b_vec = db.size() == 1;
+  if (a_vec) da.insert(da.begin(), 1);
+  if (b_vec) db.push_back(1);
+  // Materialize the transposes of the last two axes.
+  auto transpose = [](std::vector<int64_t>& dims, std::vector<double>& v) {
+    int64_t r = dims[dims.size() - 2], c = dims.back(),
+            mats = static_cast<int64_t>(v.size()) / std::max<int64_t>(r * c, 1);
+    std::vector<double> t(v.size());
+    for (int64_t m = 0; m < mats; ++m) {
+      for (int64_t i = 0; i < r; ++i) {
+        for (int64_t j = 0; j < c; ++j) t[m * r * c + j * r + i] = v[m * r * c + i * c + j];
+      }
+    }
+    std::swap(dims[dims.size() - 2], dims.back());
+    v = t;
+  };
+  if (ta && !a_vec) transpose(da, va);
+  if (tb && !b_vec) transpose(db, vb);
+  const int64_t m = da[da.size() - 2], k = da.back(), n = db.back();
+  EXPECT_EQ(k, db[db.size() - 2]);
+  std::vector<int64_t> ba(da.begin(), da.end() - 2), bb(db.begin(), db.end() - 2);
+  size_t rank = std::max(ba.size(), bb.size());
+  ba.insert(ba.begin(), rank - ba.size(), 1);
+  bb.insert(bb.begin(), rank - bb.size(), 1);
+  std::vector<int64_t> batch(rank);
+  for (size_t i = 0; i < rank; ++i) batch[i] = std::max(ba[i], bb[i]);
+  int64_t count = 1;
+  for (int64_t d : batch) count *= d;
+  std::vector<double> out(count * m * n, 0.0);
+  for (int64_t e = 0; e < count; ++e) {
+    // Batch index -> offsets of the (broadcast) operands.
+    int64_t rest = e, ia = 0, ib = 0, sa = 1, sb = 1;
+    for (int axis = static_cast<int>(rank) - 1; axis >= 0; --axis) {
+      int64_t index = rest % batch[axis];
+      rest /= batch[axis];
+      ia += (ba[axis] == 1 ? 0 : index) * sa;
+      ib += (bb[axis] == 1 ? 0 : index) * sb;
+      sa *= ba[axis];
+      sb *= bb[axis];
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          sum += va[ia * m * k + i * k + p] * vb[ib * k * n + p * n + j];
+        }
+        out[(e * m + i) * n + j] = sum;
+      }
+    }
+  }
+  std::vector<int64_t> shape = batch;
+  if (!a_vec) shape.push_back(m);
+  if (!b_vec) shape.push_back(n);
+  return result(out, Shape(absl::Span<const int64_t>(shape)), a.dtype());
+}
+
+OpTestCase matmul_row(std::string name, Shape a, Shape b, bool ta = false, bool tb = false) {
+  return {.name = std::move(name),
+          .op = "matmul",
+          .inputs = {random_tensor(a, 1), random_tensor(b, 2)},
+          .attrs = {{"transpose_a", ta}, {"transpose_b", tb}},
+          .reference = [ta, tb](const Inputs& in) {
+            return std::vector{reference_matmul(in[0], in[1], ta, tb)};
+          }};
+}
+
+// x [..., in] W^T + b.
+Tensor reference_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  std::vector<double> vx = values_of(x), vw = values_of(w), vb = values_of(b);
+  const int64_t out = w.shape()[0], in = w.shape()[1];
+  const int64_t rows = in == 0 ? 0 : x.numel() / in;
+  std::vector<double> y(rows * out);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double sum = vb[o];
+      for (int64_t i = 0; i < in; ++i) sum += vx[r * in + i] * vw[o * in + i];
+      y[r * out + o] = sum;
+    }
+  }
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().end());
+  shape.back() = out;
+  return result(y, Shape(absl::Span<const int64_t>(shape)), x.dtype());
+}
+
+OpTestCase linear_row(std::string name, Shape x, int64_t out) {
+  int64_t in = x.dim(-1);
+  return {.name = std::move(name),
+          .op = "linear",
+          .inputs = {random_tensor(x, 3), random_tensor({out, in}, 4), random_tensor({out}, 5)},
+          .attrs = {},
+          .reference = [](const Inputs& in) {
+            return std::vector{reference_linear(in[0], in[1], in[2])};
+          }};
+}
+
+TANDEM_OP_TEST_ROWS(matmul) {
+  std::vector<OpTestCase> rows;
+  add_both(rows, matmul_row("2d", {3, 4}, {4, 5}));
+  add_both(rows, matmul_row("batched", {2, 3, 4}, {2, 4, 2}));
+  add_both(rows, matmul_row("batch_broadcast", {2, 1, 2, 3}, {3, 3, 2}));
+  add_both(rows, matmul_row("matrix_times_batch", {2, 3}, {2, 3, 2}));
+  add_both(rows, matmul_row("vector_matrix", {4}, {4, 3}));
+  add_both(rows, matmul_row("matrix_vector", {3, 4}, {4}));
+  add_both(rows, matmul_row("vector_vector", {5}, {5}));
+  add_both(rows, matmul_row("vector_batch", {3}, {2, 3, 2}));
+  add_both(rows, matmul_row("batch_vector", {2, 2, 3}, {3}));
+  add_both(rows, matmul_row("transpose_a", {4, 3}, {4, 2}, true, false));
+  add_both(rows, matmul_row("transpose_b", {3, 4}, {2, 4}, false, true));
+  add_both(rows, matmul_row("transpose_both_batched", {2, 4, 3}, {1, 2, 4}, true, true));
+  // Large enough for oneDNN's blocked kernels; float32 accumulates over 96.
+  rows.push_back(matmul_row("large_f32", {64, 96}, {96, 48}));
+  rows.back().inputs = {random_tensor({64, 96}, 1, -1, 1, DType::kFloat32),
+                        random_tensor({96, 48}, 2, -1, 1, DType::kFloat32)};
+  rows.back().tolerance = 1e-4;
+  rows.back().check_gradient = false;
+  for (auto [name, a, b] : {std::tuple{"empty_rows", Shape{0, 3}, Shape{3, 2}},
+                            std::tuple{"empty_inner", Shape{2, 0}, Shape{0, 3}}}) {
+    add_both(rows, matmul_row(name, a, b));
+    rows[rows.size() - 2].check_gradient = false;
+  }
+
+  add_both(rows, linear_row("2d", {3, 4}, 5));
+  add_both(rows, linear_row("3d", {2, 2, 3}, 4));
+  add_both(rows, linear_row("1d", {4}, 3));
+  rows.push_back(linear_row("large_f32", {32, 128}, 64));
+  for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+  rows.back().tolerance = 1e-4;
+  rows.back().check_gradient = false;
+  return rows;
+}
+
+std::string matmul_error(Shape a, Shape b, Attrs attrs = {}) {
+  try {
+    call("matmul", {random_tensor(a, 1), random_tensor(b, 2)}, attrs);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Verifies that an inner-dimension mismatch names both shapes and dimensions.
+TEST(MatmulTest, InnerDimensionMismatchIsNamed) {
+  EXPECT_THAT(matmul_error({2, 3}, {4, 5}),
+              HasSubstr("matmul: shapes [2, 3] and [4, 5] cannot be multiplied: inner "
+                        "dimensions 3 and 4 differ"));
+  EXPECT_THAT(matmul_error({3}, {4}), HasSubstr("inner dimensions 3 and 4 differ"));
+  EXPECT_THAT(matmul_error({3, 4}, {4, 3}, {{"transpose_b", true}}), HasSubstr("differ"));
+}
+
+// Verifies that batch axes that do not broadcast are an error naming them.
+TEST(MatmulTest, BatchMismatchIsNamed) {
+  EXPECT_THAT(matmul_error({2, 3, 4}, {3, 4, 5}),
+              HasSubstr("shapes [2, 3, 4] and [3, 4, 5] cannot be multiplied: batch dimensions "
+                        "2 and 3 do not broadcast"));
+}
+
+// Verifies that scalars, integer and mixed dtypes are rejected.
+TEST(MatmulTest, BadOperandsAreRejected) {
+  EXPECT_THAT(matmul_error({}, {3}), HasSubstr("at least one axis"));
+  Tensor f32 = random_tensor({2, 2}, 1, -1, 1, DType::kFloat32);
+  EXPECT_THROW(call("matmul", {f32, random_tensor({2, 2}, 2)}), Error);
+  Tensor ints = tensor_of({1, 2, 3, 4}, {2, 2}, DType::kInt64);
+  EXPECT_THROW(call("matmul", {ints, ints}), Error);
+}
+
+// Verifies that linear checks the feature count and the bias.
+TEST(LinearTest, ShapeMismatchIsNamed) {
+  auto error = [](Shape x, Shape w, Shape b) -> std::string {
+    try {
+      call("linear", {random_tensor(x, 1), random_tensor(w, 2), random_tensor(b, 3)});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_THAT(error({2, 3}, {4, 5}, {4}),
+              HasSubstr("x of shape [2, 3] has 3 features but weight of shape [4, 5] expects 5"));
+  EXPECT_THAT(error({2, 5}, {4, 5}, {3}), HasSubstr("bias must be [4]"));
+  EXPECT_THAT(error({2, 5}, {5}, {5}), HasSubstr("weight must be [out_features, in_features]"));
+}
+
+// Prints the float32 throughput of a square matmul (oneDNN). Run with
+// --gtest_also_run_disabled_tests.
+TEST(MatmulTest, DISABLED_Throughput) {
+  for (int64_t n : {256, 512, 1024}) {
+    Tensor a = random_tensor({n, n}, 1, -1, 1, DType::kFloat32);
+    Tensor b = random_tensor({n, n}, 2, -1, 1, DType::kFloat32);
+    call1("matmul", {a, b}).wait_to_read();  // Warm up (primitive creation).
+    const int reps = n <= 512 ? 20 : 5;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) call1("matmul", {a, b}).wait_to_read();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("matmul %lldx%lld float32: %.1f GFLOP/s\n", static_cast<long long>(n),
+                static_cast<long long>(n), 2.0 * n * n * n * reps / seconds / 1e9);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels::testing

@@ -1,0 +1,172 @@
+// The generic op tests: every row of every family (op_test_util.h) becomes
+// two tests, its forward values against the row's reference and its
+// gradient against central finite differences; and every registered op must
+// have rows. Rows are built at start-up (they need tensors), so this file has
+// its own main() that registers the tests before GoogleTest lists them.
+#include <cmath>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "kernels/dispatch.h"
+#include "kernels/registry.h"
+#include "tests/kernels/op_test_util.h"
+
+namespace tandem::kernels::testing {
+namespace {
+
+bool close(double actual, double expected, double tolerance) {
+  if (std::isnan(expected)) return std::isnan(actual);
+  if (std::isinf(expected)) return actual == expected;
+  return std::abs(actual - expected) <= tolerance * (1 + std::abs(expected));
+}
+
+void check_forward(const OpTestCase& row) {
+  std::vector<Tensor> outputs = call(row.op, row.inputs, row.attrs);
+  if (!row.reference) return;
+  std::vector<Tensor> expected = row.reference(row.inputs);
+  ASSERT_EQ(outputs.size(), expected.size());
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    SCOPED_TRACE("output " + std::to_string(k));
+    ASSERT_EQ(outputs[k].shape(), expected[k].shape());
+    EXPECT_EQ(outputs[k].dtype(), expected[k].dtype());
+    std::vector<double> got = values_of(outputs[k]), want = values_of(expected[k]);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(close(got[i], want[i], row.tolerance))
+          << "element " << i << ": got " << got[i] << ", expected " << want[i];
+    }
+  }
+}
+
+// Sum over outputs of <output, cotangent>, for inputs with input `i` replaced.
+double loss_at(const OpTestCase& row, int i, const std::vector<double>& x,
+               const std::vector<Tensor>& cotangents) {
+  Inputs inputs = row.inputs;
+  inputs[i] = tensor_of(x, row.inputs[i].shape(), row.inputs[i].dtype());
+  std::vector<Tensor> outputs = call(row.op, inputs, row.attrs);
+  double loss = 0;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!cotangents[k].defined()) continue;
+    std::vector<double> out = values_of(outputs[k]), c = values_of(cotangents[k]);
+    for (size_t e = 0; e < out.size(); ++e) loss += out[e] * c[e];
+  }
+  return loss;
+}
+
+void check_gradient(const OpTestCase& row) {
+  const OpDef& op = Registry::global().get(row.op);
+  ASSERT_TRUE(op.differentiable);
+  std::vector<Tensor> outputs = call(op, row.inputs, row.attrs, std::source_location::current());
+  std::vector<Tensor> cotangents;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    bool floating = outputs[k].dtype() == DType::kFloat64;
+    cotangents.push_back(floating ? random_tensor(outputs[k].shape(), 1000 + k) : Tensor());
+  }
+  Attrs attrs = resolve_attrs(op, row.attrs);
+  std::vector<Tensor> grads = op.gradient({row.inputs, outputs, cotangents, attrs});
+  ASSERT_EQ(grads.size(), row.inputs.size()) << "one gradient per input";
+
+  std::vector<int> checked = row.grad_inputs;
+  if (checked.empty()) {
+    for (size_t i = 0; i < row.inputs.size(); ++i) {
+      if (row.inputs[i].dtype() == DType::kFloat64) checked.push_back(static_cast<int>(i));
+    }
+  }
+  constexpr double kEps = 1e-6;
+  for (int i : checked) {
+    SCOPED_TRACE("input " + std::to_string(i));
+    std::vector<double> x = values_of(row.inputs[i]);
+    std::vector<double> analytic(x.size(), 0.0);
+    if (grads[i].defined()) {
+      ASSERT_EQ(grads[i].shape(), row.inputs[i].shape()) << "gradient shape";
+      analytic = values_of(grads[i]);
+    }
+    auto derivative_along = [&](const std::vector<double>& direction) {
+      std::vector<double> plus = x, minus = x;
+      for (size_t e = 0; e < x.size(); ++e) {
+        plus[e] += kEps * direction[e];
+        minus[e] -= kEps * direction[e];
+      }
+      return (loss_at(row, i, plus, cotangents) - loss_at(row, i, minus, cotangents)) / (2 * kEps);
+    };
+    if (x.size() <= 32) {
+      for (size_t e = 0; e < x.size(); ++e) {
+        std::vector<double> unit(x.size(), 0.0);
+        unit[e] = 1;
+        double numeric = derivative_along(unit);
+        EXPECT_TRUE(close(analytic[e], numeric, row.grad_tolerance))
+            << "element " << e << ": analytic " << analytic[e] << ", numeric " << numeric;
+      }
+    } else {
+      // Large input: one random direction t; compare d/de L(x + e t) with <grad, t>.
+      std::vector<double> t = values_of(random_tensor(row.inputs[i].shape(), 77));
+      double numeric = derivative_along(t), projected = 0;
+      for (size_t e = 0; e < x.size(); ++e) projected += analytic[e] * t[e];
+      EXPECT_TRUE(close(projected, numeric, row.grad_tolerance))
+          << "directional derivative: analytic " << projected << ", numeric " << numeric;
+    }
+  }
+}
+
+class RowTest : public ::testing::Test {
+ public:
+  RowTest(OpTestCase row, bool gradient) : row_(std::move(row)), gradient_(gradient) {}
+  void TestBody() override {
+    if (gradient_) {
+      check_gradient(row_);
+    } else {
+      check_forward(row_);
+    }
+  }
+
+ private:
+  OpTestCase row_;
+  bool gradient_;
+};
+
+// Verifies that every registered op has at least one row, and every
+// differentiable op a row that checks its gradient.
+TEST(OpTableTest, EveryOpHasRows) {
+  std::set<std::string> with_rows, with_gradient_rows;
+  for (const auto& [family, rows] : registered_row_families()) {
+    for (const OpTestCase& row : rows()) {
+      with_rows.insert(row.op);
+      if (row.check_gradient) with_gradient_rows.insert(row.op);
+    }
+  }
+  for (const OpDef* op : Registry::global().all()) {
+    EXPECT_TRUE(with_rows.contains(op->name)) << "op '" << op->name << "' has no test row";
+    if (op->differentiable) {
+      EXPECT_TRUE(with_gradient_rows.contains(op->name))
+          << "op '" << op->name << "' has no row checking its gradient";
+    }
+  }
+}
+
+void register_row_tests() {
+  for (const auto& [family, rows] : registered_row_families()) {
+    for (OpTestCase& row : rows()) {
+      std::string suite = "Op_" + family;
+      std::string name = row.op + "_" + row.name;
+      ::testing::RegisterTest(suite.c_str(), (name + "_forward").c_str(), nullptr, nullptr,
+                              __FILE__, __LINE__,
+                              [row]() -> ::testing::Test* { return new RowTest(row, false); });
+      const OpDef* op = Registry::global().find(row.op);
+      if (row.check_gradient && op != nullptr && op->differentiable) {
+        ::testing::RegisterTest(suite.c_str(), (name + "_gradient").c_str(), nullptr, nullptr,
+                                __FILE__, __LINE__,
+                                [row]() -> ::testing::Test* { return new RowTest(row, true); });
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  tandem::kernels::testing::register_row_tests();
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,91 @@
+#include "tests/kernels/op_test_util.h"
+
+#include <random>
+
+#include "kernels/broadcast.h"
+#include "kernels/cpu/dtype_visit.h"
+
+namespace tandem::kernels::testing {
+
+std::vector<std::pair<std::string, RowsFn>>& families() {
+  static std::vector<std::pair<std::string, RowsFn>> all;
+  return all;
+}
+
+bool register_op_rows(const char* family, RowsFn rows) {
+  families().emplace_back(family, rows);
+  return true;
+}
+
+const std::vector<std::pair<std::string, RowsFn>>& registered_row_families() { return families(); }
+
+Tensor tensor_of(std::vector<double> values, Shape shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
+  TANDEM_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "tensor_of: ", values.size(),
+               " values for shape ", shape.to_string());
+  visit_all(dtype, [&]<class T>() {
+    T* data = t.data<T>();
+    for (size_t i = 0; i < values.size(); ++i) {
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        data[i] = T(static_cast<float>(values[i]));
+      } else {
+        data[i] = static_cast<T>(values[i]);
+      }
+    }
+  });
+  return t;
+}
+
+Tensor result(std::vector<double> values, Shape shape, DType dtype) {
+  return tensor_of(std::move(values), std::move(shape), dtype);
+}
+
+Tensor random_tensor(Shape shape, uint64_t seed, double low, double high, DType dtype) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(low, high);
+  std::vector<double> values(shape.numel());
+  for (double& v : values) v = uniform(rng);
+  return tensor_of(std::move(values), std::move(shape), dtype);
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  t.wait_to_read();
+  std::vector<double> values(t.numel());
+  visit_all(t.dtype(), [&]<class T>() {
+    const T* data = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        values[i] = static_cast<float>(data[i]);
+      } else {
+        values[i] = static_cast<double>(data[i]);
+      }
+    }
+  });
+  return values;
+}
+
+Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype) {
+  std::vector<double> values = values_of(a);
+  for (double& v : values) v = f(v);
+  return result(std::move(values), a.shape(), dtype);
+}
+
+Tensor map2(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f,
+            DType dtype) {
+  Shape shape = broadcast_shapes(a.shape(), b.shape());
+  Strides sa = broadcast_strides(a.shape(), shape), sb = broadcast_strides(b.shape(), shape);
+  std::vector<double> va = values_of(a), vb = values_of(b), out(shape.numel());
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    int64_t rest = i, ia = 0, ib = 0;
+    for (int axis = shape.rank() - 1; axis >= 0; --axis) {
+      int64_t index = rest % shape[axis];
+      rest /= shape[axis];
+      ia += index * sa[axis];
+      ib += index * sb[axis];
+    }
+    out[i] = f(va[ia], vb[ib]);
+  }
+  return result(std::move(out), shape, dtype);
+}
+
+}  // namespace tandem::kernels::testing

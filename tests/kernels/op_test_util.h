@@ -1,0 +1,70 @@
+// Table rows for op tests (shared/STYLE.md principle 13): each op family's
+// test file lists rows {op, inputs, attrs, reference, tolerance}; one generic
+// runner (op_table_test.cc) checks every row's forward result against its
+// independent reference and its gradient against central finite differences
+// in float64, and fails when a registered op has no row.
+//
+//   TANDEM_OP_TEST_ROWS(elementwise_binary) {
+//     return {
+//         {.name = "broadcast", .op = "add",
+//          .inputs = {random_f64({2, 3}, 1), random_f64({3}, 2)},
+//          .reference = [](const Inputs& in) { return map2(in[0], in[1], std::plus<>()); }},
+//     };
+//   }
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/attrs.h"
+
+namespace tandem::kernels::testing {
+
+using Inputs = std::vector<Tensor>;
+
+struct OpTestCase {
+  std::string name;  // Unique within the op; becomes part of the test name.
+  std::string op;
+  Inputs inputs;
+  Attrs attrs;
+  // Expected outputs, computed independently of the kernel under test (plain
+  // loops over host values). Null only for ops whose values are random;
+  // then shapes and dtypes are still checked against `expected_shapes`.
+  std::function<std::vector<Tensor>(const Inputs&)> reference;
+  double tolerance = 1e-6;  // |actual - expected| <= tolerance * (1 + |expected|)
+  // Finite-difference check of the op's gradient; needs float64 inputs.
+  bool check_gradient = true;
+  std::vector<int> grad_inputs = {};  // Inputs to check; empty: every float64 input.
+  double grad_tolerance = 1e-5;
+};
+
+using RowsFn = std::vector<OpTestCase> (*)();
+
+bool register_op_rows(const char* family, RowsFn rows);
+const std::vector<std::pair<std::string, RowsFn>>& registered_row_families();
+
+// Tensors for rows.
+Tensor tensor_of(std::vector<double> values, Shape shape, DType dtype = DType::kFloat64);
+// Uniform in [low, high), deterministic in `seed`.
+Tensor random_tensor(Shape shape, uint64_t seed, double low = -1, double high = 1,
+                     DType dtype = DType::kFloat64);
+// Values of any numeric or bool tensor as doubles (waits for it).
+std::vector<double> values_of(const Tensor& t);
+// A float64 tensor of `shape` with `values` (for references).
+Tensor result(std::vector<double> values, Shape shape, DType dtype = DType::kFloat64);
+
+// Reference helpers: elementwise maps over one or two broadcast operands.
+Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype = DType::kFloat64);
+Tensor map2(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f,
+            DType dtype = DType::kFloat64);
+
+}  // namespace tandem::kernels::testing
+
+#define TANDEM_OP_TEST_ROWS(family)                                            \
+  std::vector<::tandem::kernels::testing::OpTestCase> family##_op_rows();      \
+  [[maybe_unused]] static const bool family##_op_rows_registered =             \
+      ::tandem::kernels::testing::register_op_rows(#family, family##_op_rows); \
+  std::vector<::tandem::kernels::testing::OpTestCase> family##_op_rows()
