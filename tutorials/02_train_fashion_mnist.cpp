@@ -199,6 +199,7 @@ int main(int argc, char** argv) try {
   double accuracy = static_cast<double>(correct) / test_loader.num_rows();
   std::printf("test accuracy: %.2f%% (%lld / %lld)\n", 100 * accuracy,
               static_cast<long long>(correct), static_cast<long long>(test_loader.num_rows()));
+  engine::current().wait_all();  // Finish the last updates before the process exits.
   return 0;
 } catch (const tandem::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
