@@ -5,7 +5,7 @@
 // and accuracy it prints), so data loading, the forward and backward passes
 // and the optimizer's updates overlap on the machine's cores.
 //
-//   build/release/tutorials/02_train_fashion_mnist                 # CNN, 3 epochs, ~91%, ~4 min
+//   build/release/tutorials/02_train_fashion_mnist                 # CNN, 3 epochs, ~91%, ~2 min
 //   build/release/tutorials/02_train_fashion_mnist --model mlp     # MLP, 10 epochs, ~89%, ~25 s
 //   build/release/tutorials/02_train_fashion_mnist --quick         # a smoke run (what CI does)
 //   flags: --epochs N --batch-size B --lr X --seed S

@@ -22,18 +22,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_tolerance = 1e-5) {
-  OpTestCase f32 = row;
-  f32.name += "_f32";
-  for (Tensor& t : f32.inputs) {
-    if (t.dtype() == DType::kFloat64) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
-  }
-  f32.tolerance = f32_tolerance;
-  f32.check_gradient = false;
-  rows.push_back(std::move(row));
-  rows.push_back(std::move(f32));
-}
-
 struct ConvParams {
   std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;

@@ -15,19 +15,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The row in float64 (gradient checked) and a float32 copy (forward only).
-void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_tolerance = 1e-5) {
-  OpTestCase f32 = row;
-  f32.name += "_f32";
-  for (Tensor& t : f32.inputs) {
-    if (t.dtype() == DType::kFloat64) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
-  }
-  f32.tolerance = f32_tolerance;
-  f32.check_gradient = false;
-  rows.push_back(std::move(row));
-  rows.push_back(std::move(f32));
-}
-
 // NumPy's matmul, element by element: 1-D operands become a row (a) or a
 // column (b), batch axes broadcast, the added axes are dropped at the end.
 Tensor reference_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {

@@ -19,18 +19,6 @@ namespace {
 using ::testing::HasSubstr;
 using Values = std::vector<std::vector<double>>;
 
-void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_tolerance = 1e-5) {
-  OpTestCase f32 = row;
-  f32.name += "_f32";
-  for (Tensor& t : f32.inputs) {
-    if (t.dtype() == DType::kFloat64) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
-  }
-  f32.tolerance = f32_tolerance;
-  f32.check_gradient = false;
-  rows.push_back(std::move(row));
-  rows.push_back(std::move(f32));
-}
-
 // batch_norm on values: in = {x, gamma, beta, running_mean, running_var};
 // returns {y, mean, var}.
 Values batch_norm_values(const Values& in, const Shape& xs, bool training, double eps) {

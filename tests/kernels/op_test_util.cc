@@ -64,6 +64,18 @@ std::vector<double> values_of(const Tensor& t) {
   return values;
 }
 
+void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_tolerance) {
+  OpTestCase f32 = row;
+  f32.name += "_f32";
+  for (Tensor& t : f32.inputs) {
+    if (t.dtype() == DType::kFloat64) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+  }
+  f32.tolerance = f32_tolerance;
+  f32.check_gradient = false;
+  rows.push_back(std::move(row));
+  rows.push_back(std::move(f32));
+}
+
 Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype) {
   std::vector<double> values = values_of(a);
   for (double& v : values) v = f(v);

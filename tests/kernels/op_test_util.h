@@ -56,6 +56,11 @@ std::vector<double> values_of(const Tensor& t);
 // A float64 tensor of `shape` with `values` (for references).
 Tensor result(std::vector<double> values, Shape shape, DType dtype = DType::kFloat64);
 
+// Appends `row` (float64, gradient checked) and a float32 copy of it
+// (forward only, with `f32_tolerance`): the float32 path is the fast one,
+// the float64 one is what finite differences can check.
+void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_tolerance = 1e-5);
+
 // Reference helpers: elementwise maps over one or two broadcast operands.
 Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype = DType::kFloat64);
 Tensor map2(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f,
