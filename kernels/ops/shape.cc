@@ -180,15 +180,13 @@ std::vector<TensorMeta> infer_transpose(absl::Span<const TensorMeta> in, const A
   return {{Shape(dims), in[0].dtype}};
 }
 
-void transpose_kernel(const KernelContext& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor& out = c.outputs[0];
-  Ints perm = resolve_perm(x.shape(), c.attrs.get_ints("perm"));
+// out[i] = x[offset(i)], walking out's shape in row-major order with
+// `strides[axis]` elements of x per step along each axis of out: a
+// transpose (permuted strides) or a broadcast (zero strides).
+void strided_copy(const Tensor& x, const Tensor& out, const Strides& strides) {
   const Shape& shape = out.shape();
   int rank = shape.rank();
   int64_t n = shape.numel();
-  Strides from(rank);  // Input stride along each output axis.
-  for (int i = 0; i < rank; ++i) from[i] = x.shape().stride(static_cast<int>(perm[i]));
   visit_element_bits(x.dtype(), [&]<class U>() {
     const U* src = static_cast<const U*>(x.raw_data());
     U* dst = static_cast<U*>(out.raw_data());
@@ -197,13 +195,23 @@ void transpose_kernel(const KernelContext& c) {
     for (int64_t i = 0; i < n; ++i) {
       dst[i] = src[offset];
       for (int axis = rank - 1; axis >= 0; --axis) {
-        offset += from[axis];
+        offset += strides[axis];
         if (++index[axis] < shape[axis]) break;
-        offset -= from[axis] * shape[axis];
+        offset -= strides[axis] * shape[axis];
         index[axis] = 0;
       }
     }
   });
+}
+
+void transpose_kernel(const KernelContext& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  Ints perm = resolve_perm(x.shape(), c.attrs.get_ints("perm"));
+  int rank = out.shape().rank();
+  Strides from(rank);  // Input stride along each output axis.
+  for (int i = 0; i < rank; ++i) from[i] = x.shape().stride(static_cast<int>(perm[i]));
+  strided_copy(x, out, from);
 }
 
 std::vector<Tensor> transpose_gradient(const GradContext& c) {
@@ -653,25 +661,7 @@ std::vector<TensorMeta> infer_expand(absl::Span<const TensorMeta> in, const Attr
 void expand_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& out = c.outputs[0];
-  const Shape& shape = out.shape();
-  int rank = shape.rank();
-  int64_t n = shape.numel();
-  Strides strides = broadcast_strides(x.shape(), shape);
-  visit_element_bits(x.dtype(), [&]<class U>() {
-    const U* src = static_cast<const U*>(x.raw_data());
-    U* dst = static_cast<U*>(out.raw_data());
-    Strides index(rank, 0);
-    int64_t offset = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      dst[i] = src[offset];
-      for (int axis = rank - 1; axis >= 0; --axis) {
-        offset += strides[axis];
-        if (++index[axis] < shape[axis]) break;
-        offset -= strides[axis] * shape[axis];
-        index[axis] = 0;
-      }
-    }
-  });
+  strided_copy(x, out, broadcast_strides(x.shape(), out.shape()));
 }
 
 std::vector<Tensor> expand_gradient(const GradContext& c) {
