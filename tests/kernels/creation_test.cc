@@ -107,18 +107,6 @@ TANDEM_OP_TEST_ROWS(creation) {
   return rows;
 }
 
-// Runs `fn`, which must throw tandem::Error, and returns what() of it.
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tandem::Error was thrown";
-  return "";
-}
-
 double mean(const std::vector<double>& v) {
   return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }

@@ -210,18 +210,6 @@ TANDEM_OP_TEST_ROWS(elementwise_unary) {
   return rows;
 }
 
-// Runs `fn`, which must throw tandem::Error, and returns what() of it.
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tandem::Error was thrown";
-  return "";
-}
-
 // Verifies that a floating-only op refuses integers, naming the op and dtype.
 TEST(ElementwiseUnaryTest, FloatingOpRefusesIntegers) {
   Tensor x = tensor_of({1, 2}, {2}, DType::kInt32);

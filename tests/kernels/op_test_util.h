@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
+
+#include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/attrs.h"
 
@@ -65,6 +68,19 @@ void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_toleranc
 Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype = DType::kFloat64);
 Tensor map2(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f,
             DType dtype = DType::kFloat64);
+
+// Runs `fn`, which must throw tandem::Error, and returns what() of it (a
+// test failure, and "", if nothing is thrown).
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no tandem::Error was thrown";
+  return "";
+}
 
 }  // namespace tandem::kernels::testing
 

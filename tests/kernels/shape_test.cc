@@ -361,18 +361,6 @@ TANDEM_OP_TEST_ROWS(shape) {
   return rows;
 }
 
-// Runs `fn`, which must throw tandem::Error, and returns what() of it.
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tandem::Error was thrown";
-  return "";
-}
-
 // Verifies that reshape names both shapes and element counts, and refuses
 // two -1 dimensions.
 TEST(ShapeOpsTest, ReshapeErrors) {
