@@ -5,6 +5,7 @@
 #include "core/engine/engine.h"
 #include "core/engine/object_pool.h"
 #include "core/error.h"
+#include "core/tensor_observer.h"
 
 namespace tandem {
 namespace {
@@ -92,6 +93,12 @@ void append_values(std::string& out, const Tensor& t, int axis, int64_t offset, 
     if (i + 1 < size) out += axis + 1 == t.rank() ? ", " : ",\n";
   }
   out += ']';
+}
+
+thread_local TensorObserver* tensor_observer = nullptr;
+
+void notify_value_read(const Tensor& tensor, const char* what, const std::source_location& where) {
+  if (tensor_observer != nullptr) tensor_observer->on_value_read(tensor, what, where);
 }
 
 }  // namespace
@@ -190,10 +197,12 @@ void Tensor::assign_(const Tensor& value, std::source_location where) const {
                shape().to_string(), " ", device().to_string(), " one");
   impl_->storage = value.storage();
   impl_->byte_offset = value.byte_offset();
+  if (TensorObserver* observer = current_tensor_observer()) observer->on_assign(*this, value);
 }
 
 void Tensor::wait_to_read(std::source_location where) const {
   CallSiteScope site("wait_to_read", where);
+  notify_value_read(*this, "wait_to_read", where);
   engine::current().wait(var());
 }
 
@@ -201,6 +210,7 @@ template <class T>
 std::vector<T> Tensor::to_vector(std::source_location where) const {
   CallSiteScope site("to_vector", where);
   check_dtype<T>(*this, "to_vector");
+  notify_value_read(*this, "to_vector", where);
   engine::current().wait(var());
   const T* begin = static_cast<const T*>(raw_data());
   return std::vector<T>(begin, begin + numel());
@@ -212,18 +222,26 @@ T Tensor::item(std::source_location where) const {
   TANDEM_CHECK(numel() == 1, "item() needs exactly one element, the tensor has shape ",
                shape().to_string());
   check_dtype<T>(*this, "item");
+  notify_value_read(*this, "item", where);
   engine::current().wait(var());
   return *static_cast<const T*>(raw_data());
 }
 
 std::string Tensor::to_string() const {
   if (!defined()) return "Tensor(undefined)";
+  notify_value_read(*this, "to_string", current_call_site().where);
   engine::current().wait(var());
   std::string out = str_cat("Tensor", shape().to_string(), " ", dtype_name(dtype()), " ",
                             device().to_string(), "\n");
   append_values(out, *this, 0, 0, numel() > kSummaryThreshold);
   return out;
 }
+
+TensorObserverScope::TensorObserverScope(TensorObserver* observer) : previous_(tensor_observer) {
+  tensor_observer = observer;
+}
+TensorObserverScope::~TensorObserverScope() { tensor_observer = previous_; }
+TensorObserver* current_tensor_observer() { return tensor_observer; }
 
 #define TANDEM_INSTANTIATE_ELEMENT_TYPE(T)                                                  \
   template Tensor Tensor::from_vector<T>(absl::Span<const T>, Shape, std::source_location); \

@@ -10,6 +10,9 @@ std::shared_ptr<const Error> capture_failure(const char* op, const std::source_l
   try {
     throw;
   } catch (const Error& e) {
+    // An error that knows its own op and line (a node of a replayed graph
+    // segment, trace/executor.h) keeps them; others get the op's push site.
+    if (e.has_location() && !e.op().empty()) return std::make_shared<const Error>(e);
     message = e.message();
   } catch (const std::exception& e) {
     message = e.what();

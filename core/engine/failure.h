@@ -10,8 +10,10 @@
 namespace tandem::engine {
 
 // Call inside a catch block: returns the in-flight exception as an Error
-// carrying its message, the op's name and the op's push location. Any
-// exception type is accepted, so nothing an op throws can escape a worker.
+// carrying its message, the op's name and the op's push location (a
+// tandem::Error that already names an op and a line keeps its own: one engine
+// op may run several graph nodes). Any exception type is accepted, so
+// nothing an op throws can escape a worker.
 std::shared_ptr<const Error> capture_failure(const char* op, const std::source_location& where);
 
 }  // namespace tandem::engine
