@@ -1,12 +1,23 @@
 #include "eager/optim/adam.h"
 
-#include <cmath>
+#include <algorithm>
+#include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
 
 namespace tandem::optim {
+namespace {
+
+// a - b, for a host constant a; the same rounding as the host's a - b.
+Tensor rsub(double a, const Tensor& b) { return add(neg(b), a); }
+
+// x in `dtype` (no op when it already is).
+Tensor to_dtype(const Tensor& x, DType dtype) { return x.dtype() == dtype ? x : cast(x, dtype); }
+
+}  // namespace
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
     : Adam(std::move(params), options, /*decoupled_weight_decay=*/false) {}
@@ -14,7 +25,8 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled_weight_decay)
     : Optimizer(std::move(params), options.lr),
       options_(options),
-      decoupled_(decoupled_weight_decay) {
+      decoupled_(decoupled_weight_decay),
+      steps_(params_.size()) {
   const char* name = decoupled_ ? "AdamW" : "Adam";
   const auto [beta1, beta2] = options.betas;
   TANDEM_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, name,
@@ -22,42 +34,72 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decouple
   TANDEM_CHECK(options.eps >= 0, name, ": eps must be >= 0, got ", options.eps);
   TANDEM_CHECK(options.weight_decay >= 0, name, ": weight_decay must be >= 0, got ",
                options.weight_decay);
+  // See Note [Why optimizer state is tensors updated in place].
   state_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    const Dims dims(p.shape().begin(), p.shape().end());
+    state_[i].exp_avg = zeros(dims, p.dtype());
+    state_[i].exp_avg_sq = zeros(dims, p.dtype());
+    if (options.amsgrad) state_[i].max_exp_avg_sq = zeros(dims, p.dtype());
+  }
+}
+
+int64_t Adam::step_count(size_t i) const {
+  return static_cast<int64_t>(steps_.of(i).item<double>());
 }
 
 void Adam::step() {
   NoGradGuard no_grad;
   const auto [beta1, beta2] = options_.betas;
   const double wd = options_.weight_decay;
+  std::vector<bool> updated(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) updated[i] = params_[i].grad().defined();
+  if (std::find(updated.begin(), updated.end(), true) == updated.end()) return;
+  steps_.advance(updated);
+
+  // The update's scalars, as ops on the lr and step-count tensors: once per
+  // step-count group and dtype, in float64 as the host computed them before.
+  struct Scalars {
+    Tensor bias_correction2_sqrt, step_size;  // sqrt(1 - beta2^t), lr / (1 - beta1^t)
+  };
+  std::map<std::pair<size_t, DType>, Scalars> scalars;
+  std::map<DType, Tensor> decay;  // AdamW: 1 - lr * weight_decay.
+  const Tensor& lr = lr_tensor(DType::kFloat64);
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (!updated[i]) continue;
     const Tensor& p = params_[i];
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    State& s = state_[i];
-    if (s.step == 0) {
-      Dims dims(p.shape().begin(), p.shape().end());
-      s.exp_avg = zeros(dims, p.dtype());
-      s.exp_avg_sq = zeros(dims, p.dtype());
-      if (options_.amsgrad) s.max_exp_avg_sq = zeros(dims, p.dtype());
+    const DType dtype = p.dtype();
+    auto [it, is_new] = scalars.try_emplace({steps_.group(i), dtype});
+    if (is_new) {
+      const Tensor& t = steps_.of(i);
+      Tensor bias_correction1 = rsub(1, pow(full({}, beta1, DType::kFloat64), t));
+      Tensor bias_correction2 = rsub(1, pow(full({}, beta2, DType::kFloat64), t));
+      it->second = {to_dtype(sqrt(bias_correction2), dtype),
+                    to_dtype(div(lr, bias_correction1), dtype)};
     }
-    ++s.step;
+    const Scalars& k = it->second;
+    State& s = state_[i];
+    Tensor g = p.grad();
     Tensor param = p;
     if (wd != 0) {
       if (decoupled_) {
-        param = mul(param, 1 - lr() * wd);
+        auto [d, is_new_decay] = decay.try_emplace(dtype);
+        if (is_new_decay) d->second = to_dtype(rsub(1, mul(lr, wd)), dtype);
+        param = mul(param, d->second);
       } else {
         g = add(g, mul(param, wd));
       }
     }
-    s.exp_avg = add(mul(s.exp_avg, beta1), mul(g, 1 - beta1));
-    s.exp_avg_sq = add(mul(s.exp_avg_sq, beta2), mul(mul(g, g), 1 - beta2));
-    const double t = static_cast<double>(s.step);
-    const double bias_correction1 = 1 - std::pow(beta1, t);
-    const double bias_correction2_sqrt = std::sqrt(1 - std::pow(beta2, t));
+    s.exp_avg.assign_(add(mul(s.exp_avg, beta1), mul(g, 1 - beta1)));
+    s.exp_avg_sq.assign_(add(mul(s.exp_avg_sq, beta2), mul(mul(g, g), 1 - beta2)));
     Tensor v = s.exp_avg_sq;
-    if (options_.amsgrad) v = s.max_exp_avg_sq = maximum(s.max_exp_avg_sq, s.exp_avg_sq);
-    Tensor denom = add(div(sqrt(v), bias_correction2_sqrt), options_.eps);
-    p.assign_(sub(param, mul(div(s.exp_avg, denom), lr() / bias_correction1)));
+    if (options_.amsgrad) {
+      s.max_exp_avg_sq.assign_(maximum(s.max_exp_avg_sq, s.exp_avg_sq));
+      v = s.max_exp_avg_sq;
+    }
+    Tensor denom = add(div(sqrt(v), k.bias_correction2_sqrt), options_.eps);
+    p.assign_(sub(param, mul(div(s.exp_avg, denom), k.step_size)));
   }
 }
 

@@ -11,8 +11,9 @@
 //   optim::Adam adam(net->parameters());                                   // lr 1e-3
 //   optim::AdamW adamw(net->parameters(), {.lr = 3e-4, .weight_decay = 0.05});
 //
-// See optimizer.h for how parameters are updated and which are skipped; a
-// skipped parameter's t does not advance.
+// See optimizer.h for how parameters are updated and which are skipped (a
+// skipped parameter's t does not advance), and why the state, t and lr are
+// tensors updated in place (so a hybridized step can replay the update).
 #pragma once
 
 #include <cstdint>
@@ -49,23 +50,30 @@ class Adam : public Optimizer {
 
   // lr() is the live value; options().lr is the initial one.
   const AdamOptions& options() const { return options_; }
-  // The state of params()[i]: its step count t and its moment estimates
-  // (undefined before its first update).
-  int64_t step_count(size_t i) const { return state_.at(i).step; }
+  // The state of params()[i]: its step count t (read from the tensor, so
+  // this waits for pending steps), its moment estimates (zeros before its
+  // first update) and, with amsgrad, the running maximum of exp_avg_sq
+  // (undefined without). The handles stay the same for the optimizer's
+  // lifetime; each step rebinds them with assign_.
+  int64_t step_count(size_t i) const;
   const Tensor& exp_avg(size_t i) const { return state_.at(i).exp_avg; }
   const Tensor& exp_avg_sq(size_t i) const { return state_.at(i).exp_avg_sq; }
+  const Tensor& max_exp_avg_sq(size_t i) const { return state_.at(i).max_exp_avg_sq; }
+  // t of params()[i] as a float64 0-d tensor, shared by parameters updated by
+  // the same steps.
+  const Tensor& step_count_tensor(size_t i) const { return steps_.of(i); }
 
  protected:
   Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled_weight_decay);
 
  private:
   struct State {
-    int64_t step = 0;
     Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
   };
   AdamOptions options_;
   bool decoupled_;  // AdamW.
   std::vector<State> state_;
+  StepCounts steps_;
 };
 
 class AdamW : public Adam {

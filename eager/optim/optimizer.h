@@ -17,15 +17,40 @@
 // Parameters whose grad() is undefined (unused in the last backward) are
 // skipped: neither they nor their state change. Per-parameter state
 // (momentum buffers, moment estimates) is made of tensors of the parameter's
-// shape and dtype, created on a parameter's first update.
+// shape and dtype, created (as zeros) by the constructor.
+//
+// Note [Why optimizer state is tensors updated in place]
+// A hybridized training step (shared/DESIGN.md, "Hybridize") runs step() once
+// under a tracer and then replays the recorded ops without running this C++
+// code again. The tracer sees only dispatched ops and Tensor::assign_, so:
+//  1. Everything that changes from step to step is a tensor rebound with
+//     assign_ (state.assign_(new_value)), never a C++ handle set to a new
+//     tensor (`buf = add(...)`): a replay would keep reading the value the
+//     handle had when traced.
+//  2. State is created by the constructor, not on a first step: had the
+//     trace been the first step, each replay would create (zero) it again.
+//  3. Host numbers that change between steps are tensors too: the learning
+//     rate (lr_tensor(), which set_lr() rebinds, so schedules work between
+//     replays) and step counts (StepCounts below; Adam's bias corrections
+//     1 - beta^t are ops on them). Numbers that never change (betas, eps,
+//     momentum, weight decay) stay C++ attributes, captured as constants.
+//  4. step() never reads a value on the host (item, to_vector): a trace
+//     cannot follow a branch on it.
+// The ops that turn these tensors into the update's scalars run once per
+// step and dtype (or step-count group), not per parameter, so eager mode
+// pays a handful of 0-d ops per step. The arithmetic is the one the host
+// did before, in float64, so results are unchanged.
 //
 // Lifetime: the optimizer keeps handles on the parameters, so the tensors
 // live as long as it does; replacing a module's parameter by another tensor
 // (rather than assign_) is not seen by an existing optimizer.
 #pragma once
 
+#include <cstddef>
+#include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 
 namespace tandem::optim {
@@ -39,7 +64,7 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter that has a gradient (see the Note).
+  // One update of every parameter that has a gradient (see the Notes).
   virtual void step() = 0;
 
   // Clears the gradient of every parameter (call before each backward;
@@ -48,8 +73,13 @@ class Optimizer {
 
   // The learning rate the next step() uses; schedulers (lr_schedule.h) set it.
   double lr() const { return lr_; }
-  // Throws tandem::Error if lr < 0.
+  // Sets lr() and rebinds every lr_tensor() to it (with assign_, so a replayed
+  // step sees it). Throws tandem::Error if lr < 0.
   void set_lr(double lr);
+  // lr() as the 0-d tensor of `dtype` that step() computes with; one per
+  // dtype of params(), plus float64. The handle stays the same for the
+  // optimizer's lifetime. Throws tandem::Error for another dtype.
+  const Tensor& lr_tensor(DType dtype) const;
 
   const std::vector<Tensor>& params() const { return params_; }
 
@@ -58,6 +88,32 @@ class Optimizer {
 
  private:
   double lr_;
+  std::vector<std::pair<DType, Tensor>> lr_tensors_;
+};
+
+// Per-parameter step counts t (how many updates each parameter had), kept as
+// few float64 0-d tensors as possible (Note [Why optimizer state is tensors
+// updated in place]): parameters updated by the same steps share one tensor,
+// its "group". All start in one group at 0. When a step updates only some
+// members of a group, the skipped ones move to a new group holding the old
+// count (a snapshot, made without an op or a read) and the group advances in
+// place. Usually every parameter has a gradient on every step, and there is
+// one group for the optimizer's lifetime.
+class StepCounts {
+ public:
+  explicit StepCounts(size_t num_params);
+
+  // Adds 1 to the count of every parameter i with updated[i], with assign_.
+  void advance(const std::vector<bool>& updated);
+
+  // The count of parameter i, after the last advance().
+  const Tensor& of(size_t i) const { return counts_[group_.at(i)]; }
+  // Parameters in the same group share of(i): compute scalars once per group.
+  size_t group(size_t i) const { return group_.at(i); }
+
+ private:
+  std::vector<Tensor> counts_;  // One per group.
+  std::vector<size_t> group_;   // Per parameter.
 };
 
 }  // namespace tandem::optim

@@ -1,5 +1,8 @@
 #include "eager/optim/sgd.h"
 
+#include <map>
+#include <utility>
+
 #include "core/error.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
@@ -14,23 +17,46 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
   TANDEM_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
                "SGD: nesterov momentum needs momentum > 0 and dampening == 0, got momentum ",
                options.momentum, " and dampening ", options.dampening);
+  // See Note [Why optimizer state is tensors updated in place].
   momentum_buffers_.resize(params_.size());
+  if (options.momentum == 0) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    momentum_buffers_[i] = zeros(Dims(p.shape().begin(), p.shape().end()), p.dtype());
+  }
+  if (options.dampening != 0) steps_.emplace(params_.size());
 }
 
 void SGD::step() {
   NoGradGuard no_grad;
   const SGDOptions& o = options_;
+  std::vector<bool> updated(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) updated[i] = params_[i].grad().defined();
+  if (steps_) steps_->advance(updated);
+  // With dampening, g's weight in buf: 1 - dampening, but 1 on a parameter's
+  // first step (buf = g there), as 1 - dampening * min(t - 1, 1), once per
+  // step-count group and dtype.
+  std::map<std::pair<size_t, DType>, Tensor> grad_scale;
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (!updated[i]) continue;
     const Tensor& p = params_[i];
     Tensor g = p.grad();
-    if (!g.defined()) continue;
     if (o.weight_decay != 0) g = add(g, mul(p, o.weight_decay));
     if (o.momentum != 0) {
-      Tensor& buf = momentum_buffers_[i];
-      buf = buf.defined() ? add(mul(buf, o.momentum), mul(g, 1 - o.dampening)) : g;
+      const Tensor& buf = momentum_buffers_[i];
+      Tensor scaled = g;
+      if (steps_) {
+        auto [it, is_new] = grad_scale.try_emplace({steps_->group(i), p.dtype()});
+        if (is_new) {
+          Tensor not_first = clip(sub(steps_->of(i), 1.0), 0, 1);  // 0 or 1
+          it->second = cast(add(neg(mul(not_first, o.dampening)), 1.0), p.dtype());
+        }
+        scaled = mul(g, it->second);
+      }
+      buf.assign_(add(mul(buf, o.momentum), scaled));
       g = o.nesterov ? add(g, mul(buf, o.momentum)) : buf;
     }
-    p.assign_(sub(p, mul(g, lr())));
+    p.assign_(sub(p, mul(g, lr_tensor(p.dtype()))));
   }
 }
 

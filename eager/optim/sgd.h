@@ -12,9 +12,14 @@
 //   optim::SGD opt(net->parameters(), 0.1);                          // plain
 //   optim::SGD opt2(net->parameters(), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
 //
-// See optimizer.h for how parameters are updated and which are skipped.
+// See optimizer.h for how parameters are updated and which are skipped, and
+// why the momentum buffers and lr are tensors updated in place. The buffers
+// start at zero, so without dampening "buf = g" is the general rule's first
+// step; with dampening, the first step's (1 - dampening) is 1, from a step
+// count tensor.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "eager/optim/optimizer.h"
@@ -42,13 +47,16 @@ class SGD : public Optimizer {
 
   // lr() is the live value; options().lr is the initial one.
   const SGDOptions& options() const { return options_; }
-  // The momentum buffer of params()[i]; undefined before its first update
-  // (or always, without momentum).
+  // The momentum buffer of params()[i]: zeros before its first update,
+  // undefined without momentum. The handle stays the same for the
+  // optimizer's lifetime; each step rebinds it with assign_.
   const Tensor& momentum_buffer(size_t i) const { return momentum_buffers_.at(i); }
 
  private:
   SGDOptions options_;
   std::vector<Tensor> momentum_buffers_;
+  // Only with momentum and dampening: which step is a parameter's first.
+  std::optional<StepCounts> steps_;
 };
 
 }  // namespace tandem::optim

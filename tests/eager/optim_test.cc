@@ -5,13 +5,18 @@
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <numbers>
+#include <set>
+#include <source_location>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include "core/error.h"
+#include "core/tensor_observer.h"
 #include "eager/autograd.h"
 #include "eager/nn/nn.h"
 #include "eager/ops.h"
@@ -198,7 +203,7 @@ TEST(OptimTest, SkipsParametersWithoutGrad) {
   EXPECT_EQ(unused.to_vector<double>(), kP0);
   EXPECT_EQ(opt.step_count(0), 1);
   EXPECT_EQ(opt.step_count(1), 0);
-  EXPECT_FALSE(opt.exp_avg(1).defined());
+  EXPECT_EQ(opt.exp_avg(1).to_vector<double>(), std::vector<double>(3, 0.0));
   opt.zero_grad();
   EXPECT_FALSE(used.grad().defined());
   opt.step();  // No gradients at all: nothing happens.
@@ -286,6 +291,233 @@ TEST(OptimClipTest, ClipGradNorm) {
   EXPECT_NEAR(a.grad().to_vector<double>()[1], 4 * scale, 1e-12);
   EXPECT_NEAR(small.item<double>(), 5 * scale, 1e-12);
   EXPECT_FALSE(optim::clip_grad_norm_({unused}, 1.0).defined());
+}
+
+// ---- Replayable steps: Note [Why optimizer state is tensors updated in place]. ----
+
+// What a tracer sees of tensors besides ops: which TensorImpls assign_ rebinds,
+// and any value read on the host.
+class RecordingObserver : public TensorObserver {
+ public:
+  void on_value_read(const Tensor&, const char* what, const std::source_location&) override {
+    reads.push_back(what);
+  }
+  void on_assign(const Tensor& target, const Tensor&) override {
+    assigned.insert(target.impl_ptr().get());
+  }
+  std::vector<std::string> reads;
+  std::set<const TensorImpl*> assigned;
+};
+
+// A handle held by an optimizer, and what it referred to when captured.
+struct Captured {
+  std::string name;
+  std::function<Tensor()> get;  // Reads the optimizer's handle now.
+  std::shared_ptr<TensorImpl> impl;
+  std::shared_ptr<Storage> storage;
+};
+
+Captured capture(std::string name, std::function<Tensor()> get) {
+  Tensor t = get();
+  EXPECT_TRUE(t.defined()) << name << " is not created by the constructor";
+  if (!t.defined()) return {std::move(name), std::move(get), nullptr, nullptr};
+  return {std::move(name), std::move(get), t.impl_ptr(), t.storage()};
+}
+
+// Checks the tracer's view of `handles` across `step` (run twice): each
+// handle is still the TensorImpl it was (a replay reads state by handle),
+// each new value came through assign_ (which a replay repeats), every one of
+// them got a new value, and nothing was read on the host.
+void check_rebound_in_place(std::vector<Captured> handles, const std::function<void()>& step) {
+  for (int n = 1; n <= 2; ++n) {
+    RecordingObserver observer;
+    {
+      TensorObserverScope scope(&observer);
+      step();
+    }
+    EXPECT_THAT(observer.reads, ::testing::IsEmpty()) << "step " << n;
+    for (Captured& h : handles) {
+      Tensor now = h.get();
+      EXPECT_EQ(now.impl_ptr(), h.impl) << h.name << " got a new handle on step " << n;
+      EXPECT_NE(now.storage(), h.storage) << h.name << " did not change on step " << n;
+      EXPECT_TRUE(observer.assigned.contains(now.impl_ptr().get()))
+          << h.name << " was not rebound with assign_ on step " << n;
+      h.storage = now.storage();
+    }
+  }
+}
+
+// A float64 and a float32 parameter, so that each dtype has its lr tensor.
+struct TwoDtypes {
+  Tensor p64 = make_param();
+  Tensor p32 = Tensor::from_vector<float>({1.0f, -2.0f}, {2}).requires_grad_();
+  void backward() const {
+    compute_grad(p64);
+    sum(mul(p32, p32)).backward();
+  }
+};
+
+// Verifies that SGD's and Adam's steps rebind every piece of state (the
+// parameters, momentum buffers, moments, step counts) with assign_, that the
+// state exists before the first step, and that a step (with clipping before
+// it) reads no value on the host.
+TEST(OptimReplayTest, StepRebindsStateInPlace) {
+  for (const optim::SGDOptions& options :
+       {optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01},
+        optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true}}) {
+    TwoDtypes ps;
+    optim::SGD opt({ps.p64, ps.p32}, options);
+    std::vector<Captured> handles;
+    for (size_t i = 0; i < 2; ++i) {
+      handles.push_back(capture(str_cat("param ", i), [&, i] { return opt.params()[i]; }));
+      handles.push_back(
+          capture(str_cat("momentum_buffer ", i), [&, i] { return opt.momentum_buffer(i); }));
+    }
+    check_rebound_in_place(handles, [&] {
+      opt.zero_grad();
+      ps.backward();
+      optim::clip_grad_norm_(opt.params(), 1.0);
+      opt.step();
+    });
+  }
+  for (bool adamw : {false, true}) {
+    TwoDtypes ps;
+    std::unique_ptr<optim::Adam> opt =
+        adamw ? std::make_unique<optim::AdamW>(std::vector<Tensor>{ps.p64, ps.p32})
+              : std::make_unique<optim::Adam>(
+                    std::vector<Tensor>{ps.p64, ps.p32},
+                    optim::AdamOptions{.weight_decay = 0.1, .amsgrad = true});
+    std::vector<Captured> handles;
+    for (size_t i = 0; i < 2; ++i) {
+      handles.push_back(capture(str_cat("param ", i), [&, i] { return opt->params()[i]; }));
+      handles.push_back(capture(str_cat("exp_avg ", i), [&, i] { return opt->exp_avg(i); }));
+      handles.push_back(capture(str_cat("exp_avg_sq ", i), [&, i] { return opt->exp_avg_sq(i); }));
+      if (!adamw) {
+        handles.push_back(
+            capture(str_cat("max_exp_avg_sq ", i), [&, i] { return opt->max_exp_avg_sq(i); }));
+      }
+    }
+    // Both parameters are updated together: they share one step count.
+    EXPECT_EQ(opt->step_count_tensor(0).impl_ptr(), opt->step_count_tensor(1).impl_ptr());
+    handles.push_back(capture("step count", [&] { return opt->step_count_tensor(0); }));
+    check_rebound_in_place(handles, [&] {
+      opt->zero_grad();
+      ps.backward();
+      opt->step();
+    });
+    EXPECT_EQ(opt->step_count(0), 2);
+  }
+}
+
+// Verifies that set_lr rebinds each dtype's lr tensor in place (a replayed
+// step reads it live) and reads nothing on the host.
+TEST(OptimReplayTest, SetLrRebindsLrTensors) {
+  TwoDtypes ps;
+  optim::Adam opt({ps.p64, ps.p32}, {.lr = 0.5});
+  EXPECT_EQ(opt.lr_tensor(DType::kFloat64).item<double>(), 0.5);
+  EXPECT_EQ(opt.lr_tensor(DType::kFloat32).item<float>(), 0.5f);
+  check_rebound_in_place({capture("lr float64", [&] { return opt.lr_tensor(DType::kFloat64); }),
+                          capture("lr float32", [&] { return opt.lr_tensor(DType::kFloat32); })},
+                         [&] { opt.set_lr(opt.lr() / 2); });
+  EXPECT_EQ(opt.lr(), 0.125);
+  EXPECT_EQ(opt.lr_tensor(DType::kFloat64).item<double>(), 0.125);
+  EXPECT_EQ(opt.lr_tensor(DType::kFloat32).item<float>(), 0.125f);
+  EXPECT_THROW(opt.lr_tensor(DType::kFloat16), Error);
+}
+
+// Runs one optimizer step per entry of `lrs`, setting the lr before each,
+// and compares the float64 parameter with `reference`, which updates p (in
+// double) from its gradient g and the step's lr.
+void check_steps_with_lr(optim::Optimizer& opt, const Tensor& p, const std::vector<double>& lrs,
+                         const std::function<void(std::vector<double>&, const std::vector<double>&,
+                                                  double)>& reference) {
+  std::vector<double> expected = kP0;
+  for (size_t step = 0; step < lrs.size(); ++step) {
+    opt.set_lr(lrs[step]);
+    opt.zero_grad();
+    compute_grad(p);
+    opt.step();
+    reference(expected, reference_grad(expected), lrs[step]);
+    auto actual = p.to_vector<double>();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_NEAR(actual[i], expected[i], 1e-12) << "step " << step + 1 << ", element " << i;
+    }
+  }
+}
+
+// Verifies three steps of Adam, AdamW and SGD with Nesterov momentum and
+// weight decay against the references, with set_lr changing the lr between
+// steps (as a schedule would between replays).
+TEST(OptimReplayTest, SetLrBetweenStepsMatchesReference) {
+  const std::vector<double> lrs = {0.1, 0.02, 0.3};
+  for (bool adamw : {false, true}) {
+    Tensor p = make_param();
+    std::unique_ptr<optim::Adam> opt =
+        adamw ? std::make_unique<optim::AdamW>(std::vector<Tensor>{p},
+                                               optim::AdamWOptions{.weight_decay = 0.1})
+              : std::make_unique<optim::Adam>(std::vector<Tensor>{p},
+                                              optim::AdamOptions{.weight_decay = 0.1});
+    AdamReference reference{0, 0.9, 0.999, 1e-8, 0.1, adamw};
+    check_steps_with_lr(*opt, p, lrs, [&](auto& x, const auto& g, double lr) {
+      reference.lr = lr;
+      reference(x, g);
+    });
+  }
+  Tensor p = make_param();
+  optim::SGD sgd({p}, {.lr = 1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+  std::vector<double> buf;
+  check_steps_with_lr(sgd, p, lrs, [&](auto& x, const auto& grad, double lr) {
+    std::vector<double> g = grad;
+    for (size_t i = 0; i < x.size(); ++i) g[i] += 0.01 * x[i];
+    if (buf.empty()) {
+      buf = g;
+    } else {
+      for (size_t i = 0; i < x.size(); ++i) buf[i] = 0.9 * buf[i] + g[i];
+    }
+    for (size_t i = 0; i < x.size(); ++i) x[i] -= lr * (g[i] + 0.9 * buf[i]);
+  });
+}
+
+// Verifies that a parameter skipped by the first steps gets its own step
+// count (Adam's bias correction and SGD's dampening both start over for it)
+// while the other keeps counting.
+TEST(OptimReplayTest, SkippedParameterStartsItsOwnCount) {
+  Tensor a = make_param(), b = make_param();
+  optim::Adam adam({a, b}, {.lr = 0.1});
+  AdamReference ref_a{0.1, 0.9, 0.999, 1e-8, 0, false}, ref_b = ref_a;
+  std::vector<double> expected_a = kP0, expected_b = kP0;
+  for (int step = 1; step <= 3; ++step) {
+    adam.zero_grad();
+    compute_grad(a);
+    ref_a(expected_a, reference_grad(expected_a));
+    if (step == 3) {
+      compute_grad(b);
+      ref_b(expected_b, reference_grad(expected_b));
+    }
+    adam.step();
+  }
+  EXPECT_EQ(adam.step_count(0), 3);
+  EXPECT_EQ(adam.step_count(1), 1);
+  EXPECT_NE(adam.step_count_tensor(0).impl_ptr(), adam.step_count_tensor(1).impl_ptr());
+  const auto actual_a = a.to_vector<double>(), actual_b = b.to_vector<double>();
+  for (size_t i = 0; i < kP0.size(); ++i) {
+    EXPECT_NEAR(actual_a[i], expected_a[i], 1e-12) << "element " << i;
+    EXPECT_NEAR(actual_b[i], expected_b[i], 1e-12) << "element " << i;
+  }
+
+  // SGD with dampening: b's first update uses buf = g, not (1 - dampening) g.
+  Tensor c = make_param(), d = make_param();
+  optim::SGD sgd({c, d}, {.lr = 0.1, .momentum = 0.5, .dampening = 0.5});
+  compute_grad(c);
+  sgd.step();
+  sgd.zero_grad();
+  compute_grad(d);
+  sgd.step();
+  const auto actual_d = d.to_vector<double>();
+  const auto g = reference_grad(kP0);
+  for (size_t i = 0; i < kP0.size(); ++i) {
+    EXPECT_NEAR(actual_d[i], kP0[i] - 0.1 * g[i], 1e-12) << "element " << i;
+  }
 }
 
 // Verifies an end-to-end fit of y = 3x + 2 with Linear(1, 1), SGD and MSE.
