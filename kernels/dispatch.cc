@@ -9,6 +9,7 @@
 
 #include "core/engine/object_pool.h"
 #include "core/error.h"
+#include "kernels/thread_budget.h"
 
 namespace tandem::kernels {
 namespace {
@@ -34,12 +35,14 @@ std::mutex& all_cores() {
   static std::mutex mu;
   return mu;
 }
+// Whether this thread holds all_cores(): AllCoresLock is re-entrant.
+thread_local bool holds_all_cores = false;
 
 // The first run of a oneDNN kernel may create static state inside oneDNN
 // (JIT kernels for that primitive kind). So that the engine drains before
 // such state is destroyed at exit, register the drain again after it, once
 // per op (see Note [oneDNN at exit] in cpu/onednn.cc). Called under
-// all_cores().
+// AllCoresLock.
 void note_first_run(const OpDef& op) {
   static absl::flat_hash_set<const OpDef*>* ran = new absl::flat_hash_set<const OpDef*>;
   if (ran->insert(&op).second) engine::finish_before_exit();
@@ -57,6 +60,30 @@ Device common_device(absl::Span<const Tensor> inputs) {
 }
 
 }  // namespace
+
+AllCoresLock::AllCoresLock() : outermost_(!holds_all_cores) {
+  if (outermost_) {
+    all_cores().lock();
+    holds_all_cores = true;
+  }
+}
+
+AllCoresLock::~AllCoresLock() {
+  if (outermost_) {
+    holds_all_cores = false;
+    all_cores().unlock();
+  }
+}
+
+void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) {
+  if (op.uses_all_cores) {
+    AllCoresLock lock;  // See Note [Thread budget].
+    kernel(context);
+    note_first_run(op);
+  } else {
+    kernel(context);
+  }
+}
 
 std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
                          const std::source_location& where) {
@@ -109,14 +136,8 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
   for (const Tensor& t : outputs) writes.push_back(t.var());
   engine::current().push(
       [call = std::move(kernel_call)](const engine::RunContext& run) {
-        KernelContext context{call->inputs, call->outputs, call->attrs, run};
-        if (call->op->uses_all_cores) {
-          std::lock_guard lock(all_cores());  // See Note [Thread budget].
-          call->kernel(context);
-          note_first_run(*call->op);
-        } else {
-          call->kernel(context);
-        }
+        run_kernel(*call->op, call->kernel,
+                   KernelContext{call->inputs, call->outputs, call->attrs, run});
       },
       device, reads, writes, op.name.c_str(), where);
   return outputs;

@@ -25,6 +25,18 @@
 // therefore never run at once, and small independent ops still overlap. (The
 // lock also keeps oneDNN's primitive creation single-threaded, which avoids a
 // deadlock seen with concurrent creation in Debian's oneDNN 2.6.)
+//
+// Elementwise loops decide per call, by size (parallel_for in
+// kernels/cpu/parallel.h). Below a threshold a loop runs inline on its worker
+// like any small kernel: there, waking a second core costs more than it saves
+// (on the 2-core development machine, a split float add pays off from about
+// 128K elements, a split exp from about 16K). Above it the loop becomes an
+// all-cores kernel for its duration: it takes the same lock
+// (kernels/thread_budget.h) and splits its range over OpenMP's threads, the
+// runtime Debian's oneDNN already uses, so the process has one intra-op pool,
+// not two. The lock is re-entrant per thread, so a uses_all_cores kernel that
+// calls parallel_for does not wait for itself, and a call from inside a
+// parallel region runs inline rather than nesting a second one.
 #pragma once
 
 #include <source_location>
@@ -48,6 +60,11 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
 // call() for ops with one output.
 Tensor call1(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
              std::source_location where = std::source_location::current());
+
+// Runs a kernel on an engine worker under the thread budget (Note [Thread
+// budget]): what every pushed op does, eager (call) or replayed
+// (trace/executor.h).
+void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context);
 
 // Sees every op dispatched on the thread that installed it, after its outputs
 // exist and before its kernel is pushed. The autograd tape and the tracer are

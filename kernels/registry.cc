@@ -21,6 +21,7 @@ const Registry& Registry::global() {
     register_conv_pool_ops(*r);
     register_norm_ops(*r);
     register_softmax_loss_ops(*r);
+    register_fused_elementwise_ops(*r);
     onednn::warm_up();  // Before any kernel can run; see Note [oneDNN at exit].
     return r;
   }();

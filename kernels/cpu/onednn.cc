@@ -71,6 +71,74 @@ void execute(const dnnl::primitive& primitive, const std::unordered_map<int, dnn
   }
 }
 
+namespace {
+
+struct ActivationName {
+  const char* name;
+  Activation kind;
+};
+
+constexpr ActivationName kActivations[] = {
+    {"none", Activation::kNone}, {"relu", Activation::kRelu},
+    {"gelu", Activation::kGelu}, {"sigmoid", Activation::kSigmoid},
+    {"tanh", Activation::kTanh}, {"leaky_relu", Activation::kLeakyRelu},
+};
+
+}  // namespace
+
+std::vector<AttrSpec> activation_attrs() {
+  return {{"activation", std::string("none")}, {"alpha", 0.01}};
+}
+
+FusedActivation fused_activation(const Attrs& attrs) {
+  const std::string& name = attrs.get_string("activation");
+  for (const ActivationName& a : kActivations) {
+    if (name == a.name) return {a.kind, attrs.get_float("alpha")};
+  }
+  detail::throw_check_failure(
+      str_cat("activation must be one of none, relu, gelu, sigmoid, "
+              "tanh, leaky_relu; got '",
+              name, "'"));
+}
+
+Attrs without_activation(const Attrs& attrs) {
+  Attrs rest;
+  for (const auto& [name, value] : attrs.items()) {
+    if (name != "activation" && name != "alpha") rest.set(name, value);
+  }
+  return rest;
+}
+
+dnnl::primitive_attr post_op_attr(const FusedActivation& activation) {
+  dnnl::primitive_attr attr;
+  if (activation.kind == Activation::kNone) return attr;
+  // (algorithm, alpha): oneDNN's relu with a nonzero alpha is leaky_relu;
+  // gelu_erf is the exact gelu the standalone op computes.
+  dnnl::algorithm algorithm = dnnl::algorithm::eltwise_relu;
+  float alpha = 0;
+  switch (activation.kind) {
+    case Activation::kNone:
+    case Activation::kRelu:
+      break;
+    case Activation::kGelu:
+      algorithm = dnnl::algorithm::eltwise_gelu_erf;
+      break;
+    case Activation::kSigmoid:
+      algorithm = dnnl::algorithm::eltwise_logistic;
+      break;
+    case Activation::kTanh:
+      algorithm = dnnl::algorithm::eltwise_tanh;
+      break;
+    case Activation::kLeakyRelu:
+      alpha = static_cast<float>(activation.alpha);
+      break;
+  }
+  dnnl::post_ops ops;
+  ops.append_eltwise(/*scale=*/1.0f, algorithm, alpha, /*beta=*/0.0f);
+  attr.set_post_ops(ops);
+  return attr;
+}
+
 void warm_up() {
   dnnl::memory::desc md = desc({1, 1}, dnnl::memory::format_tag::ab);
   float a = 1, b = 1, c = 0;

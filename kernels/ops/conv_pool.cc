@@ -21,6 +21,9 @@
 // float32 conv2d, max_pool2d and avg_pool2d forward and the conv backward
 // ops run on oneDNN with plain NCHW/OIHW layouts; the rest (and all float64)
 // are plain loops.
+//
+// conv2d also takes "activation" and "alpha", which only activation fusion
+// sets (Note [Fused activation] in kernels/cpu/onednn.h).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -114,6 +117,7 @@ void check_same_float(absl::Span<const TensorMeta> in) {
 
 std::vector<TensorMeta> infer_conv2d(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in);
+  onednn::fused_activation(attrs);  // Checks the name.
   Conv g = conv_geometry(in[0].shape, in[1].shape, attrs);
   TANDEM_CHECK(in[2].shape == Shape{g.o}, "bias must be [", g.o, "], got shape ",
                in[2].shape.to_string());
@@ -142,13 +146,13 @@ ConvDescs conv_descs(const Conv& g) {
   return d;
 }
 
-dnnl::convolution_forward::primitive_desc conv_forward_pd(const ConvDescs& d,
-                                                          dnnl::prop_kind prop) {
+dnnl::convolution_forward::primitive_desc conv_forward_pd(const ConvDescs& d, dnnl::prop_kind prop,
+                                                          const dnnl::primitive_attr& attr = {}) {
   return onednn::make_pd("convolution", [&] {
     return dnnl::convolution_forward::primitive_desc(
         dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.src, d.weights,
                                         d.bias, d.dst, d.strides, d.dilates, d.padding, d.padding),
-        onednn::cpu_engine());
+        attr, onednn::cpu_engine());
   });
 }
 
@@ -189,10 +193,12 @@ bool nonempty(std::initializer_list<const Tensor*> tensors) {
 void conv2d_kernel(const KernelContext& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &b = c.inputs[2], &y = c.outputs[0];
   Conv g = conv_geometry(x.shape(), w.shape(), c.attrs);
+  const onednn::FusedActivation activation = onednn::fused_activation(c.attrs);
   visit_floating(x.dtype(), [&]<class T>() {
     if (std::is_same_v<T, float> && nonempty({&x, &w, &y})) {
       ConvDescs d = conv_descs(g);
-      auto pd = conv_forward_pd(d, dnnl::prop_kind::forward_inference);
+      auto pd =
+          conv_forward_pd(d, dnnl::prop_kind::forward_inference, onednn::post_op_attr(activation));
       onednn::execute(dnnl::convolution_forward(pd),
                       {{DNNL_ARG_SRC, onednn::wrap(x, d.src)},
                        {DNNL_ARG_WEIGHTS, onednn::wrap(w, d.weights)},
@@ -206,6 +212,7 @@ void conv2d_kernel(const KernelContext& c) {
     const int64_t plane = g.oh * g.ow;
     for (int64_t i = 0; i < y.numel(); ++i) py[i] = pb[(i / plane) % g.o];
     for_each_conv_term(g, [&](int64_t yi, int64_t xi, int64_t wi) { py[yi] += px[xi] * pw[wi]; });
+    onednn::apply_activation(activation, py, y.numel());
   });
 }
 
@@ -296,11 +303,21 @@ Attrs with_shape(Attrs attrs, const char* name, const Shape& shape) {
   return attrs;
 }
 
+// The gradient of a fused activation would need the pre-activation values,
+// which the fused conv never writes; activation fusion only fuses where
+// nothing reads them, so no backward pass asks.
 std::vector<Tensor> conv2d_gradient(const GradContext& c) {
+  const std::string& activation = c.attrs.get_string("activation");
+  TANDEM_CHECK(activation == "none", "conv2d with activation '", activation,
+               "' has no gradient: fused activation is for inference graphs; differentiate "
+               "conv2d followed by the ",
+               activation, " op instead");
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grad_outputs[0];
-  Tensor grad_x = op("conv2d_backward_data", {g, w}, with_shape(c.attrs, "input_shape", x.shape()));
+  // The backward ops take the convolution's geometry, not the activation.
+  const Attrs attrs = onednn::without_activation(c.attrs);
+  Tensor grad_x = op("conv2d_backward_data", {g, w}, with_shape(attrs, "input_shape", x.shape()));
   std::vector<Tensor> grad_wb =
-      call("conv2d_backward_weight", {x, g}, with_shape(c.attrs, "weight_shape", w.shape()));
+      call("conv2d_backward_weight", {x, g}, with_shape(attrs, "weight_shape", w.shape()));
   return {grad_x, grad_wb[0], grad_wb[1]};
 }
 
@@ -595,14 +612,16 @@ std::vector<AttrSpec> plus(std::vector<AttrSpec> attrs, const char* shape_name) 
 }  // namespace
 
 void register_conv_pool_ops(Registry& registry) {
+  std::vector<AttrSpec> conv2d_attrs = conv_attrs();
+  for (AttrSpec& spec : onednn::activation_attrs()) conv2d_attrs.push_back(std::move(spec));
   registry.add({.name = "conv2d",
                 .num_inputs = 3,
-                .attrs = conv_attrs(),
+                .attrs = std::move(conv2d_attrs),
                 .infer = infer_conv2d,
                 .cpu = conv2d_kernel,
                 .gradient = conv2d_gradient,
-                .doc = "2-D convolution: x [N, C, H, W], weight [O, C / groups, kH, kW], "
-                       "bias [O]",
+                .doc = "2-D convolution, then the activation (none by default): x [N, C, H, W], "
+                       "weight [O, C / groups, kH, kW], bias [O]",
                 .uses_all_cores = true});
   registry.add({.name = "conv2d_backward_data",
                 .num_inputs = 2,

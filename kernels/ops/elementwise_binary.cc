@@ -2,10 +2,13 @@
 // maximum, minimum, and the comparisons eq, ne, lt, le, gt, ge (bool output,
 // not differentiable). Both operands must have the same dtype: Tandem does
 // not promote silently; cast first.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/cpu/elementwise_math.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -31,57 +34,93 @@ std::vector<TensorMeta> infer_comparison(absl::Span<const TensorMeta> in, const 
   return infer_binary(in, DType::kBool);
 }
 
-// out[i] = f(a[i'], b[i'']) over the broadcast shape. The innermost axis is
-// a plain loop the compiler vectorizes when both operands are contiguous or
-// one is a scalar along it.
+// out[i] = f(a[i * sa], b[i * sb]) for i < n. The strides are 1, or 0 for an
+// operand broadcast along the row; each pattern gets its own loop so that it
+// vectorizes. Outputs are fresh buffers (dispatch allocates them), so
+// nothing aliases.
 template <class In, class Out, class F>
-void broadcast_loop(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+void row_loop(const In* __restrict a, int64_t sa, const In* __restrict b, int64_t sb,
+              Out* __restrict out, int64_t n, F f) {
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    In vb = b[0];
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], vb);
+  } else if (sa == 0 && sb == 1) {
+    In va = a[0];
+    for (int64_t i = 0; i < n; ++i) out[i] = f(va, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i * sa], b[i * sb]);
+  }
+}
+
+// out[i] = f(a[i'], b[i'']) over the broadcast shape, split over the cores
+// by parallel_for with `grain` (kernels/cpu/parallel.h).
+template <class In, class Out, class F>
+void broadcast_loop(const Tensor& a, const Tensor& b, const Tensor& out, int64_t grain, F f) {
   const In* pa = static_cast<const In*>(a.raw_data());
   const In* pb = static_cast<const In*>(b.raw_data());
   Out* po = static_cast<Out*>(out.raw_data());
   const Shape& shape = out.shape();
   int64_t n = shape.numel();
   if (n == 0) return;
-  if (a.shape() == b.shape()) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+  // An operand with all n elements is laid out like the output (broadcasting
+  // only added axes of size 1); one with a single element is a scalar.
+  // Either way the output is one flat row.
+  if ((a.numel() == n || a.numel() == 1) && (b.numel() == n || b.numel() == 1)) {
+    int64_t sa = a.numel() == n ? 1 : 0, sb = b.numel() == n ? 1 : 0;
+    parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+      row_loop(pa + begin * sa, sa, pb + begin * sb, sb, po + begin, end - begin, f);
+    });
     return;
   }
-  if (b.numel() == 1 && a.numel() == n) {
-    In vb = pb[0];
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], vb);
-    return;
-  }
-  if (a.numel() == 1 && b.numel() == n) {
-    In va = pa[0];
-    for (int64_t i = 0; i < n; ++i) po[i] = f(va, pb[i]);
-    return;
-  }
+  // Otherwise the rank is at least 2: the output is rows of its innermost
+  // axis, and the chunks are whole rows.
   Strides sa = broadcast_strides(a.shape(), shape);
   Strides sb = broadcast_strides(b.shape(), shape);
   int rank = shape.rank();
   int64_t inner = shape[rank - 1];
-  int64_t ia = sa[rank - 1], ib = sb[rank - 1];
-  Strides index(rank, 0);
-  int64_t offset_a = 0, offset_b = 0;
-  for (int64_t start = 0; start < n; start += inner) {
-    for (int64_t i = 0; i < inner; ++i)
-      po[start + i] = f(pa[offset_a + i * ia], pb[offset_b + i * ib]);
-    // Advance the outer multi-index (axes rank-2 .. 0) with carries.
+  parallel_for(n / inner, std::max<int64_t>(1, grain / inner), [&](int64_t first, int64_t last) {
+    // The multi-index of row `first` over axes rank-2 .. 0, and where each
+    // operand's row starts.
+    Strides index(rank, 0);
+    int64_t offset_a = 0, offset_b = 0, rest = first;
     for (int axis = rank - 2; axis >= 0; --axis) {
-      offset_a += sa[axis];
-      offset_b += sb[axis];
-      if (++index[axis] < shape[axis]) break;
-      offset_a -= sa[axis] * shape[axis];
-      offset_b -= sb[axis] * shape[axis];
-      index[axis] = 0;
+      index[axis] = rest % shape[axis];
+      rest /= shape[axis];
+      offset_a += index[axis] * sa[axis];
+      offset_b += index[axis] * sb[axis];
     }
-  }
+    // Rows may be short ([N, 3] + [3]), so the step to the next row along
+    // axis rank-2 is kept to plain increments; the carry into the outer axes
+    // runs once per rows_2 rows.
+    const int64_t inner_a = sa[rank - 1], inner_b = sb[rank - 1];
+    const int64_t step_a = sa[rank - 2], step_b = sb[rank - 2], rows_2 = shape[rank - 2];
+    int64_t row_2 = index[rank - 2];
+    for (int64_t row = first; row < last; ++row) {
+      row_loop(pa + offset_a, inner_a, pb + offset_b, inner_b, po + row * inner, inner, f);
+      offset_a += step_a;
+      offset_b += step_b;
+      if (++row_2 < rows_2) continue;
+      offset_a -= step_a * rows_2;
+      offset_b -= step_b * rows_2;
+      row_2 = 0;
+      for (int axis = rank - 3; axis >= 0; --axis) {
+        offset_a += sa[axis];
+        offset_b += sb[axis];
+        if (++index[axis] < shape[axis]) break;
+        offset_a -= sa[axis] * shape[axis];
+        offset_b -= sb[axis] * shape[axis];
+        index[axis] = 0;
+      }
+    }
+  });
 }
 
 template <class F>
 void arithmetic_kernel(const KernelContext& c) {
   visit_numeric(c.inputs[0].dtype(), [&]<class T>() {
-    broadcast_loop<T, T>(c.inputs[0], c.inputs[1], c.outputs[0],
+    broadcast_loop<T, T>(c.inputs[0], c.inputs[1], c.outputs[0], grain_for<F>(),
                          [](T x, T y) { return static_cast<T>(F{}(x, y)); });
   });
 }
@@ -90,11 +129,11 @@ template <class F>
 void comparison_kernel(const KernelContext& c) {
   visit_all(c.inputs[0].dtype(), [&]<class T>() {
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      broadcast_loop<T, bool>(c.inputs[0], c.inputs[1], c.outputs[0], [](T x, T y) {
+      broadcast_loop<T, bool>(c.inputs[0], c.inputs[1], c.outputs[0], kCheapGrain, [](T x, T y) {
         return F{}(static_cast<float>(x), static_cast<float>(y));
       });
     } else {
-      broadcast_loop<T, bool>(c.inputs[0], c.inputs[1], c.outputs[0],
+      broadcast_loop<T, bool>(c.inputs[0], c.inputs[1], c.outputs[0], kCheapGrain,
                               [](T x, T y) { return F{}(x, y); });
     }
   });
@@ -103,19 +142,19 @@ void comparison_kernel(const KernelContext& c) {
 struct Add {
   template <class T>
   auto operator()(T x, T y) const {
-    return x + y;
+    return math::add(x, y);
   }
 };
 struct Sub {
   template <class T>
   auto operator()(T x, T y) const {
-    return x - y;
+    return math::sub(x, y);
   }
 };
 struct Mul {
   template <class T>
   auto operator()(T x, T y) const {
-    return x * y;
+    return math::mul(x, y);
   }
 };
 struct Div {
@@ -124,29 +163,27 @@ struct Div {
     if constexpr (std::is_integral_v<T>) {
       return y == 0 ? T{0} : static_cast<T>(x / y);  // No trap on integer division by zero.
     } else {
-      return x / y;
+      return math::div(x, y);
     }
   }
 };
 struct Pow {
+  static constexpr int64_t kGrain = kCostlyGrain;
   template <class T>
   auto operator()(T x, T y) const {
-    return std::pow(x, y);
+    return math::pow(x, y);
   }
 };
-// NaN in either operand gives NaN, as in NumPy's maximum/minimum.
 struct Maximum {
   template <class T>
   T operator()(T x, T y) const {
-    if (x != x || y != y) return x != x ? x : y;
-    return x > y ? x : y;
+    return math::maximum(x, y);
   }
 };
 struct Minimum {
   template <class T>
   T operator()(T x, T y) const {
-    if (x != x || y != y) return x != x ? x : y;
-    return x < y ? x : y;
+    return math::minimum(x, y);
   }
 };
 struct Eq {

@@ -12,6 +12,8 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/cpu/elementwise_math.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -93,18 +95,31 @@ To convert(From from) {
 }
 
 // Kernels. A functor is built from the op's attributes once per call and
-// applied to every element: out[i] = f(in[i]).
+// applied to every element: out[i] = f(in[i]). Functors that call libm
+// declare a smaller grain (kCostlyGrain), so that they split over the cores
+// at fewer elements.
 struct NoAttrs {
   explicit NoAttrs(const Attrs&) {}
 };
+struct CostlyNoAttrs : NoAttrs {
+  using NoAttrs::NoAttrs;
+  static constexpr int64_t kGrain = kCostlyGrain;
+};
+
+// Outputs are fresh buffers (dispatch allocates them), so nothing aliases.
+template <class F, class T>
+void map_range(F f, const T* __restrict in, T* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f(in[i]);
+}
 
 template <class F, class T>
 void map_elements(const KernelContext& c) {
   F f(c.attrs);
   const T* in = c.inputs[0].data<T>();
   T* out = c.outputs[0].data<T>();
-  int64_t n = c.outputs[0].numel();
-  for (int64_t i = 0; i < n; ++i) out[i] = f(in[i]);
+  parallel_for(c.outputs[0].numel(), grain_for<F>(), [&](int64_t begin, int64_t end) {
+    map_range(f, in + begin, out + begin, end - begin);
+  });
 }
 
 template <class F>
@@ -124,98 +139,91 @@ struct Neg : NoAttrs {
   using NoAttrs::NoAttrs;
   template <class T>
   T operator()(T x) const {
-    return static_cast<T>(-x);
+    return math::neg(x);
   }
 };
 struct Abs : NoAttrs {
   using NoAttrs::NoAttrs;
   template <class T>
   T operator()(T x) const {
-    return x < T{0} ? static_cast<T>(-x) : x;
+    return math::abs(x);
   }
 };
-// -1, 0 or 1; NaN stays NaN.
 struct Sign : NoAttrs {
   using NoAttrs::NoAttrs;
   template <class T>
   T operator()(T x) const {
-    if (x > T{0}) return T{1};
-    if (x < T{0}) return T{-1};
-    return x;  // 0 or NaN.
+    return math::sign(x);
   }
 };
 struct Square : NoAttrs {
   using NoAttrs::NoAttrs;
   template <class T>
   T operator()(T x) const {
-    return static_cast<T>(x * x);
+    return math::square(x);
   }
 };
 struct Relu : NoAttrs {
   using NoAttrs::NoAttrs;
   template <class T>
   T operator()(T x) const {
-    return x > T{0} ? x : (x != x ? x : T{0});
-  }  // NaN propagates.
-};
-struct Exp : NoAttrs {
-  using NoAttrs::NoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return std::exp(x);
+    return math::relu(x);
   }
 };
-struct Log : NoAttrs {
-  using NoAttrs::NoAttrs;
+struct Exp : CostlyNoAttrs {
+  using CostlyNoAttrs::CostlyNoAttrs;
   template <class T>
   T operator()(T x) const {
-    return std::log(x);
+    return math::exp(x);
+  }
+};
+struct Log : CostlyNoAttrs {
+  using CostlyNoAttrs::CostlyNoAttrs;
+  template <class T>
+  T operator()(T x) const {
+    return math::log(x);
   }
 };
 struct Sqrt : NoAttrs {
   using NoAttrs::NoAttrs;
   template <class T>
   T operator()(T x) const {
-    return std::sqrt(x);
+    return math::sqrt(x);
   }
 };
 struct Rsqrt : NoAttrs {
   using NoAttrs::NoAttrs;
   template <class T>
   T operator()(T x) const {
-    return T{1} / std::sqrt(x);
+    return math::rsqrt(x);
   }
 };
-struct Tanh : NoAttrs {
-  using NoAttrs::NoAttrs;
+struct Tanh : CostlyNoAttrs {
+  using CostlyNoAttrs::CostlyNoAttrs;
   template <class T>
   T operator()(T x) const {
-    return std::tanh(x);
+    return math::tanh(x);
   }
 };
-// Written so that neither branch overflows: exp of a non-positive number only.
-struct Sigmoid : NoAttrs {
-  using NoAttrs::NoAttrs;
+struct Sigmoid : CostlyNoAttrs {
+  using CostlyNoAttrs::CostlyNoAttrs;
   template <class T>
   T operator()(T x) const {
-    if (x >= T{0}) return T{1} / (T{1} + std::exp(-x));
-    T e = std::exp(x);
-    return e / (T{1} + e);
+    return math::sigmoid(x);
   }
 };
-struct Erf : NoAttrs {
-  using NoAttrs::NoAttrs;
+struct Erf : CostlyNoAttrs {
+  using CostlyNoAttrs::CostlyNoAttrs;
   template <class T>
   T operator()(T x) const {
-    return std::erf(x);
+    return math::erf(x);
   }
 };
-// x * Phi(x) with Phi the standard normal CDF (PyTorch's default gelu).
-struct Gelu : NoAttrs {
-  using NoAttrs::NoAttrs;
+struct Gelu : CostlyNoAttrs {
+  using CostlyNoAttrs::CostlyNoAttrs;
   template <class T>
   T operator()(T x) const {
-    return x * T{0.5} * (T{1} + std::erf(x * static_cast<T>(std::numbers::sqrt2 / 2)));
+    return math::gelu(x);
   }
 };
 struct LeakyRelu {
@@ -223,7 +231,7 @@ struct LeakyRelu {
   explicit LeakyRelu(const Attrs& attrs) : alpha(attrs.get_float("alpha")) {}
   template <class T>
   T operator()(T x) const {
-    return x >= T{0} ? x : static_cast<T>(alpha * x);
+    return math::leaky_relu(x, alpha);
   }
 };
 // Bounds compare in double; for integer elements they round inward (ceil of
@@ -234,9 +242,7 @@ struct Clip {
   template <class T>
   T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
-      if (x < static_cast<T>(lo)) return static_cast<T>(lo);
-      if (x > static_cast<T>(hi)) return static_cast<T>(hi);
-      return x;
+      return math::clip(x, lo, hi);
     } else {
       if (static_cast<double>(x) < lo) return convert<T>(std::ceil(lo));
       if (static_cast<double>(x) > hi) return convert<T>(std::floor(hi));
@@ -253,7 +259,9 @@ void cast_kernel(const KernelContext& c) {
     visit_all(out.dtype(), [&]<class To>() {
       const From* src = in.data<From>();
       To* dst = out.data<To>();
-      for (int64_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
+      parallel_for(n, kCheapGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) dst[i] = convert<To>(src[i]);
+      });
     });
   });
 }
@@ -263,7 +271,6 @@ void where_kernel(const KernelContext& c) {
   const Tensor& out = c.outputs[0];
   const Shape& shape = out.shape();
   int rank = shape.rank();
-  int64_t n = shape.numel();
   Strides strides[3];
   for (int k = 0; k < 3; ++k) strides[k] = broadcast_strides(c.inputs[k].shape(), shape);
   const bool* cond = c.inputs[0].data<bool>();
@@ -271,18 +278,27 @@ void where_kernel(const KernelContext& c) {
     const T* a = c.inputs[1].data<T>();
     const T* b = c.inputs[2].data<T>();
     T* dst = out.data<T>();
-    Strides index(rank, 0);
-    int64_t offset[3] = {0, 0, 0};
-    for (int64_t i = 0; i < n; ++i) {
-      dst[i] = cond[offset[0]] ? a[offset[1]] : b[offset[2]];
-      // Advance the multi-index (innermost axis first) with carries.
+    parallel_for(shape.numel(), kCheapGrain, [&](int64_t begin, int64_t end) {
+      // The multi-index of element `begin`, and each input's offset there.
+      Strides index(rank, 0);
+      int64_t offset[3] = {0, 0, 0};
+      int64_t rest = begin;
       for (int axis = rank - 1; axis >= 0; --axis) {
-        for (int k = 0; k < 3; ++k) offset[k] += strides[k][axis];
-        if (++index[axis] < shape[axis]) break;
-        for (int k = 0; k < 3; ++k) offset[k] -= strides[k][axis] * shape[axis];
-        index[axis] = 0;
+        index[axis] = rest % shape[axis];
+        rest /= shape[axis];
+        for (int k = 0; k < 3; ++k) offset[k] += index[axis] * strides[k][axis];
       }
-    }
+      for (int64_t i = begin; i < end; ++i) {
+        dst[i] = cond[offset[0]] ? a[offset[1]] : b[offset[2]];
+        // Advance the multi-index (innermost axis first) with carries.
+        for (int axis = rank - 1; axis >= 0; --axis) {
+          for (int k = 0; k < 3; ++k) offset[k] += strides[k][axis];
+          if (++index[axis] < shape[axis]) break;
+          for (int k = 0; k < 3; ++k) offset[k] -= strides[k][axis] * shape[axis];
+          index[axis] = 0;
+        }
+      }
+    });
   });
 }
 

@@ -15,5 +15,6 @@ void register_matmul_ops(Registry& registry);              // matmul.cc
 void register_conv_pool_ops(Registry& registry);           // conv_pool.cc
 void register_norm_ops(Registry& registry);                // norm.cc
 void register_softmax_loss_ops(Registry& registry);        // softmax_loss.cc
+void register_fused_elementwise_ops(Registry& registry);   // fused_elementwise.cc
 
 }  // namespace tandem::kernels

@@ -8,6 +8,9 @@
 //
 // float32 runs on oneDNN's matmul primitive (strided descriptors express the
 // transposes and the broadcast batch axes); float64 runs plain loops.
+//
+// linear also takes "activation" and "alpha", which only activation fusion
+// sets (Note [Fused activation] in kernels/cpu/onednn.h).
 #include <algorithm>
 #include <cstring>
 
@@ -234,7 +237,8 @@ std::vector<Tensor> matmul_gradient(const GradContext& c) {
 
 // linear: x [..., in], weight [out, in], bias [out] -> [..., out].
 
-std::vector<TensorMeta> infer_linear(absl::Span<const TensorMeta> in, const Attrs&) {
+std::vector<TensorMeta> infer_linear(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  onednn::fused_activation(attrs);  // Checks the name.
   const Shape &x = in[0].shape, &w = in[1].shape, &b = in[2].shape;
   check_float_pair(in[0], in[1], "x", "weight");
   check_float_pair(in[0], in[2], "x", "bias");
@@ -255,6 +259,7 @@ void linear_kernel(const KernelContext& c) {
   const int64_t in = w.shape()[1], out = w.shape()[0];
   if (y.numel() == 0) return;
   const int64_t rows = y.numel() / out;
+  const onednn::FusedActivation activation = onednn::fused_activation(c.attrs);
   visit_floating(x.dtype(), [&]<class T>() {
     const T *px = x.data<T>(), *pw = w.data<T>(), *pb = bias.data<T>();
     T* py = y.data<T>();
@@ -267,7 +272,7 @@ void linear_kernel(const KernelContext& c) {
         dnnl::memory::desc y_md = desc({rows, out}, dnnl::memory::format_tag::ab);
         auto pd = make_pd("linear", [&] {
           return dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_md, w_md, b_md, y_md),
-                                              cpu_engine());
+                                              post_op_attr(activation), cpu_engine());
         });
         execute(dnnl::matmul(pd),
                 {{DNNL_ARG_SRC, wrap(x, x_md)},
@@ -285,12 +290,24 @@ void linear_kernel(const KernelContext& c) {
         py[r * out + o] = sum;
       }
     }
+    onednn::apply_activation(activation, py, y.numel());
   });
+}
+
+// The gradient of a fused activation would need the pre-activation values,
+// which the fused layer never writes; activation fusion only fuses where
+// nothing reads them, so no backward pass asks.
+void check_no_activation(const char* op_name, const Attrs& attrs) {
+  const std::string& activation = attrs.get_string("activation");
+  TANDEM_CHECK(activation == "none", op_name, " with activation '", activation,
+               "' has no gradient: fused activation is for inference graphs; differentiate ",
+               op_name, " followed by the ", activation, " op instead");
 }
 
 // grad_x = g W; grad_W = g2d^T x2d (rows flattened); grad_b = g summed over
 // the leading axes.
 std::vector<Tensor> linear_gradient(const GradContext& c) {
+  check_no_activation("linear", c.attrs);
   const Tensor& x = c.inputs[0];
   const Tensor& w = c.inputs[1];
   const Tensor& g = c.grad_outputs[0];
@@ -326,11 +343,12 @@ void register_matmul_ops(Registry& registry) {
                 .uses_all_cores = true});
   registry.add({.name = "linear",
                 .num_inputs = 3,
-                .attrs = {},
+                .attrs = onednn::activation_attrs(),
                 .infer = infer_linear,
                 .cpu = linear_kernel,
                 .gradient = linear_gradient,
-                .doc = "x @ weight^T + bias; x [..., in], weight [out, in], bias [out]",
+                .doc = "x @ weight^T + bias, then the activation (none by default); x [..., in], "
+                       "weight [out, in], bias [out]",
                 .uses_all_cores = true});
 }
 

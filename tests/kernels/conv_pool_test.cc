@@ -6,9 +6,7 @@
 // pooling) are checked against the adjoint of the forward reference, built
 // column by column from unit inputs: <ref(e_i), grad_y> is entry i of the
 // gradient. max pooling's backward scatters to the reference's argmax.
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -275,6 +273,16 @@ TANDEM_OP_TEST_ROWS(conv_pool) {
   for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
   rows.back().tolerance = 1e-5;
   rows.back().check_gradient = false;
+  // Fused activations: float64 runs the plain loops, float32 oneDNN's post-op.
+  for (const ActivationCase& a : kActivations) {
+    add_both(rows, activated(conv_row("stride_padding", {2, 2, 5, 4}, {2, 2, 3, 3},
+                                      {.stride = {2, 1}, .padding = {1, 1}}),
+                             a));
+    rows.push_back(
+        activated(conv_row("large_f32", {2, 8, 12, 12}, {16, 8, 3, 3}, {.padding = {1, 1}}), a));
+    for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+    rows.back().tolerance = 1e-5;
+  }
 
   struct PoolCase {
     const char* name;
@@ -397,30 +405,24 @@ TEST(PoolTest, OutputShapes) {
 
 // Prints the float32 throughput of a 3x3 convolution and its two backward
 // ops (oneDNN, plain NCHW). Run with --gtest_also_run_disabled_tests.
-TEST(Conv2dTest, DISABLED_Throughput) {
-  auto f32 = [](Shape s, uint64_t seed) { return random_tensor(s, seed, -1, 1, DType::kFloat32); };
-  Tensor x = f32({8, 64, 28, 28}, 1), w = f32({64, 64, 3, 3}, 2), b = f32({64}, 3);
-  Attrs attrs{{"padding", std::vector<int64_t>{1, 1}}};
-  Tensor g = f32({8, 64, 28, 28}, 4);
-  Attrs data_attrs = attrs, weight_attrs = attrs;
-  data_attrs.set("input_shape", std::vector<int64_t>{8, 64, 28, 28});
-  weight_attrs.set("weight_shape", std::vector<int64_t>{64, 64, 3, 3});
-  const double flops = 2.0 * 8 * 64 * 64 * 9 * 28 * 28;
-  auto time = [&](const char* what, const std::function<void()>& f) {
-    f();  // Warm up.
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 5; ++i) f();
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("%s [8, 64, 28, 28] * [64, 64, 3, 3] float32: %.1f GFLOP/s\n", what,
-                flops * 5 / s / 1e9);
-  };
-  time("conv2d", [&] { call1("conv2d", {x, w, b}, attrs).wait_to_read(); });
-  time("conv2d_backward_data", [&] {
-    call1("conv2d_backward_data", {g, w}, data_attrs).wait_to_read();
-  });
-  time("conv2d_backward_weight", [&] {
-    call("conv2d_backward_weight", {x, g}, weight_attrs)[0].wait_to_read();
-  });
+// Verifies that a bad activation name is an error naming the op and the
+// value, and that a fused conv2d refuses to be differentiated.
+TEST(Conv2dTest, FusedActivationChecks) {
+  Inputs in = {random_tensor({1, 2, 4, 4}, 1), random_tensor({3, 2, 3, 3}, 2),
+               random_tensor({3}, 3)};
+  EXPECT_THAT(error_of([&] {
+                call("conv2d", in, {{"activation", std::string("swish")}});
+              }),
+              ::testing::AllOf(HasSubstr("conv2d"), HasSubstr("'swish'")));
+  const OpDef& conv2d = Registry::global().get("conv2d");
+  Attrs attrs = resolve_attrs(conv2d, {{"activation", std::string("tanh")}});
+  Inputs out = call("conv2d", in, attrs);
+  Inputs grad = {out[0]};
+  EXPECT_THAT(
+      error_of([&] {
+        conv2d.gradient({.inputs = in, .outputs = out, .grad_outputs = grad, .attrs = attrs});
+      }),
+      HasSubstr("fused activation is for inference graphs"));
 }
 
 }  // namespace

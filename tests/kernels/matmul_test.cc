@@ -1,7 +1,5 @@
 // Rows for matmul.cc (matmul, linear), its error messages, and a throughput
 // figure for the float32 (oneDNN) path.
-#include <chrono>
-#include <cstdio>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -149,6 +147,13 @@ TANDEM_OP_TEST_ROWS(matmul) {
   for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
   rows.back().tolerance = 1e-4;
   rows.back().check_gradient = false;
+  // Fused activations: float64 runs the plain loops, float32 oneDNN's post-op.
+  for (const ActivationCase& a : kActivations) {
+    add_both(rows, activated(linear_row("3d", {2, 2, 3}, 4), a));
+    rows.push_back(activated(linear_row("large_f32", {32, 128}, 64), a));
+    for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+    rows.back().tolerance = 1e-4;
+  }
   return rows;
 }
 
@@ -202,21 +207,23 @@ TEST(LinearTest, ShapeMismatchIsNamed) {
   EXPECT_THAT(error({2, 5}, {5}, {5}), HasSubstr("weight must be [out_features, in_features]"));
 }
 
-// Prints the float32 throughput of a square matmul (oneDNN). Run with
-// --gtest_also_run_disabled_tests.
-TEST(MatmulTest, DISABLED_Throughput) {
-  for (int64_t n : {256, 512, 1024}) {
-    Tensor a = random_tensor({n, n}, 1, -1, 1, DType::kFloat32);
-    Tensor b = random_tensor({n, n}, 2, -1, 1, DType::kFloat32);
-    call1("matmul", {a, b}).wait_to_read();  // Warm up (primitive creation).
-    const int reps = n <= 512 ? 20 : 5;
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) call1("matmul", {a, b}).wait_to_read();
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("matmul %lldx%lld float32: %.1f GFLOP/s\n", static_cast<long long>(n),
-                static_cast<long long>(n), 2.0 * n * n * n * reps / seconds / 1e9);
-  }
+// Verifies that a bad activation name is an error naming the op and the
+// value, and that a fused linear refuses to be differentiated.
+TEST(LinearTest, FusedActivationChecks) {
+  Inputs in = {random_tensor({2, 3}, 1), random_tensor({4, 3}, 2), random_tensor({4}, 3)};
+  EXPECT_THAT(error_of([&] {
+                call("linear", in, {{"activation", std::string("swish")}});
+              }),
+              ::testing::AllOf(HasSubstr("linear"), HasSubstr("'swish'")));
+  const OpDef& linear = Registry::global().get("linear");
+  Attrs attrs = resolve_attrs(linear, {{"activation", std::string("relu")}});
+  Inputs out = call("linear", in, attrs);
+  Inputs grad = {out[0]};
+  EXPECT_THAT(
+      error_of([&] {
+        linear.gradient({.inputs = in, .outputs = out, .grad_outputs = grad, .attrs = attrs});
+      }),
+      HasSubstr("fused activation is for inference graphs"));
 }
 
 }  // namespace

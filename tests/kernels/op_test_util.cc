@@ -4,6 +4,7 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/dispatch.h"
 
 namespace tandem::kernels::testing {
 
@@ -98,6 +99,25 @@ Tensor map2(const Tensor& a, const Tensor& b, const std::function<double(double,
     out[i] = f(va[ia], vb[ib]);
   }
   return result(std::move(out), shape, dtype);
+}
+
+Attrs with_activation(Attrs attrs, const ActivationCase& a) {
+  attrs.set("activation", std::string(a.name));
+  attrs.set("alpha", a.alpha);
+  return attrs;
+}
+
+OpTestCase activated(OpTestCase row, const ActivationCase& a) {
+  row.name += str_cat("_", a.name);
+  row.attrs = with_activation(row.attrs, a);
+  row.check_gradient = false;
+  auto unfused = row.reference;
+  Attrs op_attrs;
+  if (std::string(a.name) == "leaky_relu") op_attrs.set("alpha", a.alpha);
+  row.reference = [unfused, a, op_attrs](const Inputs& in) {
+    return std::vector{call1(a.name, {unfused(in)[0]}, op_attrs)};
+  };
+  return row;
 }
 
 }  // namespace tandem::kernels::testing

@@ -82,6 +82,22 @@ std::string error_of(Fn fn) {
   return "";
 }
 
+// The activations conv2d and linear can fuse (Note [Fused activation] in
+// kernels/cpu/onednn.h), with the attributes a layer takes for each.
+struct ActivationCase {
+  const char* name;
+  double alpha = 0.01;
+};
+inline constexpr ActivationCase kActivations[] = {
+    {"relu"}, {"gelu"}, {"sigmoid"}, {"tanh"}, {"leaky_relu", 0.2}};
+
+// `attrs` with the activation set.
+Attrs with_activation(Attrs attrs, const ActivationCase& a);
+// `row` with its layer's activation fused: the reference applies the
+// standalone op of the same name to the unfused reference. Fused layers have
+// no gradient (it would need the pre-activation values).
+OpTestCase activated(OpTestCase row, const ActivationCase& a);
+
 }  // namespace tandem::kernels::testing
 
 #define TANDEM_OP_TEST_ROWS(family)                                            \
