@@ -37,16 +37,7 @@ class Tape final : public kernels::DispatchObserver {
     node->where = where;
     for (const Tensor& input : inputs) {
       node->inputs.push_back(detached(input));
-      AutogradNode::Edge edge;
-      if (const auto& meta = meta_of(input)) {
-        if (meta->grad_fn) {
-          edge.node = meta->grad_fn;
-          edge.output_index = meta->output_index;
-        } else if (meta->requires_grad) {
-          edge.leaf = meta;
-        }
-      }
-      node->edges.push_back(std::move(edge));
+      node->edges.push_back(AutogradNode::edge_to(input));
     }
     node->num_outputs = static_cast<int>(outputs.size());
     for (size_t k = 0; k < outputs.size(); ++k) {
@@ -102,6 +93,19 @@ std::vector<std::shared_ptr<AutogradNode>> reverse_topological_order(
 
 }  // namespace
 
+AutogradNode::Edge AutogradNode::edge_to(const Tensor& input) {
+  Edge edge;
+  if (const auto& meta = meta_of(input)) {
+    if (meta->grad_fn) {
+      edge.node = meta->grad_fn;
+      edge.output_index = meta->output_index;
+    } else if (meta->requires_grad) {
+      edge.leaf = meta;
+    }
+  }
+  return edge;
+}
+
 NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
 bool grad_mode_enabled() { return grad_enabled; }
@@ -112,7 +116,7 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
   auto& meta = impl_ptr()->autograd;
   TANDEM_CHECK(meta == nullptr || meta->grad_fn == nullptr,
                "requires_grad_() is for leaf tensors; this one is the result of op '",
-               meta ? meta->grad_fn->op->name : "", "' (use detach() to make a leaf)");
+               meta ? meta->grad_fn->display_name() : "", "' (use detach() to make a leaf)");
   tape();  // Start recording on every thread.
   if (!meta) meta = std::make_shared<AutogradMeta>();
   meta->requires_grad = requires_grad;
@@ -168,25 +172,39 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       throw Error(str_cat("backward through the graph a second time, but its saved tensors "
                           "were freed by the first backward(); pass retain_graph=true to the "
                           "first one (the node was recorded here)"),
-                  node->op->name, node->where);
+                  node->display_name(), node->where);
     }
     grad_outputs.resize(node->num_outputs);
     std::vector<Tensor> input_grads;
     {
-      CallSiteScope site(node->op->name.c_str(), node->where);
-      input_grads = node->op->gradient(
-          kernels::GradContext{node->inputs, node->outputs, grad_outputs, node->attrs});
+      CallSiteScope site(node->display_name().c_str(), node->where);
+      if (node->backward) {
+        // Every output gets a gradient: zeros where none flowed.
+        for (size_t k = 0; k < grad_outputs.size(); ++k) {
+          if (grad_outputs[k].defined()) continue;
+          const Tensor& out = node->outputs[k];
+          grad_outputs[k] = kernels::call1(
+              "zeros", {},
+              {{"shape", std::vector<int64_t>(out.shape().begin(), out.shape().end())},
+               {"dtype", out.dtype()}});
+        }
+        input_grads = node->backward(grad_outputs);
+      } else {
+        input_grads = node->op->gradient(
+            kernels::GradContext{node->inputs, node->outputs, grad_outputs, node->attrs});
+      }
     }
     TANDEM_INTERNAL_ASSERT(input_grads.size() == node->inputs.size(), "gradient of '",
-                           node->op->name, "' returned ", input_grads.size(), " tensors for ",
+                           node->display_name(), "' returned ", input_grads.size(), " tensors for ",
                            node->inputs.size(), " inputs");
     for (size_t i = 0; i < node->edges.size(); ++i) {
       const AutogradNode::Edge& edge = node->edges[i];
       const Tensor& g = input_grads[i];
       if (!g.defined()) continue;
-      TANDEM_INTERNAL_ASSERT(g.shape() == node->inputs[i].shape(), "gradient of '", node->op->name,
-                             "' for input ", i, " has shape ", g.shape().to_string(),
-                             ", the input ", node->inputs[i].shape().to_string());
+      TANDEM_INTERNAL_ASSERT(g.shape() == node->inputs[i].shape(), "gradient of '",
+                             node->display_name(), "' for input ", i, " has shape ",
+                             g.shape().to_string(), ", the input ",
+                             node->inputs[i].shape().to_string());
       if (edge.node) {
         auto& slot = grads[edge.node.get()];
         slot.resize(edge.node->num_outputs);
@@ -201,6 +219,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       node->inputs.clear();
       node->outputs.clear();
       node->edges.clear();
+      node->backward = nullptr;  // Holds the saved values of a replayed graph.
       node->released = true;
     }
   }

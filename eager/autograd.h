@@ -19,8 +19,10 @@
 // the same place are summed with the "add" op.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <source_location>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -46,7 +48,15 @@ struct AutogradNode {
     int output_index = 0;
     std::shared_ptr<AutogradMeta> leaf;
   };
+  // Where the gradient of `input` goes (an empty Edge if it needs none).
+  static Edge edge_to(const Tensor& input);
   const kernels::OpDef* op = nullptr;
+  // Set instead of `op` for a node made outside the tape: a hybridized
+  // block's replayed graph (eager/differentiable_graph.h), whose gradient is
+  // its traced backward graph. Called with one gradient per output (zeros
+  // where none flowed); returns one per input.
+  std::function<std::vector<Tensor>(absl::Span<const Tensor> grad_outputs)> backward;
+  std::string name;  // What errors call a node without `op`.
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
   int num_outputs = 0;  // outputs.size() until backward frees them.
@@ -54,6 +64,8 @@ struct AutogradNode {
   std::vector<Edge> edges;  // One per input; empty Edge for no gradient.
   std::source_location where;
   bool released = false;  // Set when backward freed the saved tensors.
+
+  const std::string& display_name() const { return op != nullptr ? op->name : name; }
 };
 
 // While alive, ops on this thread are not recorded (like torch::NoGradGuard):

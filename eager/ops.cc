@@ -180,6 +180,12 @@ void manual_seed(uint64_t seed) {
   g.state = seed;
 }
 
+uint64_t random_state() {
+  Generator& g = generator();
+  std::lock_guard lock(g.mu);
+  return g.state;
+}
+
 uint64_t next_seed() {
   Generator& g = generator();
   std::lock_guard lock(g.mu);

@@ -102,6 +102,9 @@ Tensor randn(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
 void manual_seed(uint64_t seed);
 // The next seed from the global generator (what rand and friends use).
 uint64_t next_seed();
+// The generator's state: manual_seed(random_state()) later replays the same
+// seeds from here.
+uint64_t random_state();
 
 // ---- Neural-network ops. ----
 Tensor matmul(const Tensor& a, const Tensor& b, TANDEM_HERE);

@@ -8,6 +8,7 @@
 //   build/release/tutorials/02_train_fashion_mnist                 # CNN, 3 epochs, ~91%, ~2 min
 //   build/release/tutorials/02_train_fashion_mnist --model mlp     # MLP, 10 epochs, ~89%, ~25 s
 //   build/release/tutorials/02_train_fashion_mnist --quick         # a smoke run (what CI does)
+//   build/release/tutorials/02_train_fashion_mnist --hybridize     # the training step as a graph
 //   flags: --epochs N --batch-size B --lr X --seed S
 //
 // Steps:
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "tandem/tandem.h"
@@ -38,6 +40,7 @@ struct Flags {
   double lr = 1e-3;
   uint64_t seed = 0;
   bool quick = false;
+  bool hybridize = false;
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -60,9 +63,12 @@ Flags parse_flags(int argc, char** argv) {
       flags.seed = std::strtoull(value().c_str(), nullptr, 10);
     } else if (arg == "--quick") {
       flags.quick = true;
+    } else if (arg == "--hybridize") {
+      flags.hybridize = true;
     } else {
       TANDEM_CHECK(false, "unknown flag '", arg,
-                   "'; expected --model cnn|mlp, --epochs, --batch-size, --lr, --seed, --quick");
+                   "'; expected --model cnn|mlp, --epochs, --batch-size, --lr, --seed, --quick, "
+                   "--hybridize");
     }
   }
   TANDEM_CHECK(flags.model == "cnn" || flags.model == "mlp", "--model must be cnn or mlp");
@@ -155,8 +161,26 @@ int main(int argc, char** argv) try {
   optim::Adam optimizer(model->parameters(), {.lr = flags.lr});
   optim::CosineAnnealingLR schedule(optimizer, flags.epochs);
 
-  // 3. Train. Reading the loss forces a wait, so progress is read every
-  // kReportEvery steps; in between, the loop only pushes work.
+  // 3. Train. One step: forward, loss, backward, update. It returns the loss
+  // and the batch's correct predictions as tensors (reading them would wait).
+  // With --hybridize the same step is traced once into a graph and replayed
+  // (eager/hybridize.h): same results, less work per step.
+  HybridFunction::Fn train_step = [&](const std::vector<Tensor>& batch) {
+    Tensor logits = model->forward(batch[0]);
+    Tensor loss = cross_entropy(logits, batch[1]);
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+    return std::vector<Tensor>{loss, count_correct(logits.detach(), batch[1])};
+  };
+  if (flags.hybridize) {
+    auto traced =
+        std::make_shared<HybridFunction>(train_step, HybridizeOptions{.name = "train_step"});
+    train_step = [traced](const std::vector<Tensor>& batch) { return (*traced)(batch); };
+  }
+
+  // Reading the loss forces a wait, so progress is read every kReportEvery
+  // steps; in between, the loop only pushes work.
   constexpr int kReportEvery = 20;
   for (int epoch = 1; epoch <= flags.epochs; ++epoch) {
     model->train();
@@ -165,12 +189,9 @@ int main(int argc, char** argv) try {
     int64_t step = 0, seen = 0, correct = 0, window_seen = 0;
     Tensor window_correct, loss;
     for (const data::Batch& batch : train_loader) {
-      Tensor logits = model->forward(batch[0]);
-      loss = cross_entropy(logits, batch[1]);
-      optimizer.zero_grad();
-      loss.backward();
-      optimizer.step();
-      Tensor batch_correct = count_correct(logits.detach(), batch[1]);
+      std::vector<Tensor> result = train_step(batch);
+      loss = result[0];
+      Tensor batch_correct = result[1];
       window_correct =
           window_correct.defined() ? add(window_correct, batch_correct) : batch_correct;
       window_seen += batch[0].shape()[0];

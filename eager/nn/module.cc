@@ -26,6 +26,25 @@ Tensor Module::forward(const Tensor&) {
   throw Error(str_cat(type_name(), " has no single-input forward(); call its own methods"));
 }
 
+Tensor Module::operator()(const Tensor& x) {
+  if (!hybrid_.on) return forward(x);
+  if (!hybrid_.function) {
+    HybridizeOptions options = hybrid_.options;
+    if (options.name == HybridizeOptions().name) options.name = type_name();
+    options.differentiable = true;  // Gradients flow through the replayed graph.
+    hybrid_.function = std::make_unique<HybridFunction>(
+        [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{forward(in[0])}; },
+        std::move(options));
+  }
+  return (*hybrid_.function)({x}, training_ ? 1 : 0)[0];
+}
+
+void Module::hybridize(bool on, HybridizeOptions options) {
+  hybrid_.on = on;
+  hybrid_.options = std::move(options);
+  hybrid_.function.reset();
+}
+
 void Module::check_new_name(const std::string& name, const char* what) const {
   TANDEM_CHECK(!name.empty(), type_name(), ": a ", what, " name may not be empty");
   TANDEM_CHECK(name.find('.') == std::string::npos, type_name(), ": ", what, " name '", name,

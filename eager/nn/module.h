@@ -50,6 +50,7 @@
 #include "absl/container/flat_hash_set.h"
 
 #include "core/tensor.h"
+#include "eager/hybridize.h"
 #include "eager/nn/state_dict.h"
 
 namespace tandem::nn {
@@ -72,7 +73,8 @@ class Module {
   // here; Sequential chains them). The default throws tandem::Error: a module
   // with other inputs defines its own methods instead.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x), or its traced graph once hybridize() was called.
+  Tensor operator()(const Tensor& x);
 
   // The class name shown by to_string(), e.g. "Linear".
   virtual std::string type_name() const { return "Module"; }
@@ -149,6 +151,21 @@ class Module {
   void save(const std::string& path) const;
   void load(const std::string& path, bool strict = true);
 
+  // ---- Hybridize (eager/hybridize.h). ----
+
+  // From now on, operator() traces forward once per input signature and
+  // training flag, optimizes the graph and replays it (like Gluon's
+  // HybridBlock.hybridize). hybridize(false) goes back to eager calls. With
+  // gradients enabled the backward is traced too, and a later backward()
+  // flows through the replayed graph into the parameters and the input
+  // (Note [Differentiable replay] in eager/hybridize.cc). A whole training
+  // step can also be hybridized at once with tandem::hybridize.
+  void hybridize(bool on = true, HybridizeOptions options = {});
+  bool is_hybridized() const { return hybrid_.on; }
+  // The hybridized forward, for its statistics and graphs; null until the
+  // first hybridized call.
+  const HybridFunction* hybrid_forward() const { return hybrid_.function.get(); }
+
   // A multi-line summary in PyTorch's style:
   //   Sequential(
   //     (0): Linear(in_features=2, out_features=8, bias=true)
@@ -167,6 +184,23 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+
+  // The traced forward. Its function refers to this module, so a moved
+  // module starts a new one (at its next call) instead of keeping it.
+  struct HybridState {
+    bool on = false;
+    HybridizeOptions options;
+    std::unique_ptr<HybridFunction> function;
+    HybridState() = default;
+    HybridState(HybridState&& other) noexcept : on(other.on), options(std::move(other.options)) {}
+    HybridState& operator=(HybridState&& other) noexcept {
+      on = other.on;
+      options = std::move(other.options);
+      function.reset();
+      return *this;
+    }
+  };
+  HybridState hybrid_;
 };
 
 }  // namespace tandem::nn

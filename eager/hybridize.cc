@@ -1,0 +1,624 @@
+#include "eager/hybridize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <list>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+
+#include "core/error.h"
+#include "eager/autograd.h"
+#include "eager/ops.h"
+#include "kernels/dispatch.h"
+#include "trace/passes/pipeline.h"
+#include "trace/subgraph.h"
+#include "trace/tracer.h"
+
+namespace tandem {
+namespace {
+
+// What decides whether a cached graph applies to a call.
+struct Signature {
+  std::vector<std::string> inputs;  // "float32[64, 784] cpu" per input.
+  bool grad_mode = true;
+  int64_t key = 0;
+
+  std::string text() const {
+    std::string out = str_cat("grad=", grad_mode, " key=", key);
+    for (const std::string& s : inputs) out += str_cat("; ", s);
+    return out;
+  }
+};
+
+Signature signature_of(const std::vector<Tensor>& inputs, int64_t key) {
+  Signature sig;
+  sig.grad_mode = grad_mode_enabled();
+  sig.key = key;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    TANDEM_CHECK(t.defined(), "input ", i, " is an undefined tensor");
+    sig.inputs.push_back(str_cat(dtype_name(t.dtype()), t.shape().to_string(), " ",
+                                 t.device().to_string(),
+                                 t.requires_grad() ? " requires_grad" : ""));
+  }
+  return sig;
+}
+
+// How many parts of two signatures differ.
+int distance(const Signature& a, const Signature& b) {
+  if (a.inputs.size() != b.inputs.size()) return 1 << 20;
+  int d = (a.grad_mode != b.grad_mode) + (a.key != b.key);
+  for (size_t i = 0; i < a.inputs.size(); ++i) d += a.inputs[i] != b.inputs[i];
+  return d;
+}
+
+// Why `now` needs a new trace, compared with the closest signature traced
+// before (`last`).
+std::string retrace_reason(const Signature* last, const Signature& now) {
+  if (last == nullptr) return "first call";
+  if (last->inputs.size() != now.inputs.size()) {
+    return str_cat("the number of inputs changed from ", last->inputs.size(), " to ",
+                   now.inputs.size());
+  }
+  for (size_t i = 0; i < now.inputs.size(); ++i) {
+    if (last->inputs[i] != now.inputs[i]) {
+      return str_cat("input ", i, " changed from ", last->inputs[i], " to ", now.inputs[i]);
+    }
+  }
+  if (last->grad_mode != now.grad_mode) {
+    return str_cat("grad mode changed to ", now.grad_mode ? "enabled" : "disabled");
+  }
+  if (last->key != now.key)
+    return str_cat("the mode key changed from ", last->key, " to ", now.key);
+  return "a signature evicted from the cache came back";
+}
+
+AutogradMeta* leaf_meta(const Tensor& t) {
+  AutogradMeta* meta = t.impl_ptr()->autograd.get();
+  return meta != nullptr && meta->requires_grad && meta->grad_fn == nullptr ? meta : nullptr;
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  return kernels::call1("cast", {t}, {{"dtype", DType::kFloat64}}).to_vector<double>();
+}
+
+}  // namespace
+
+// One traced graph and how to feed it and apply its results.
+struct CachedGraph {
+  Signature signature;
+  std::string key_text;
+  std::unique_ptr<trace::Executor> executor;
+  size_t num_user_outputs = 0;
+
+  // Per non-constant graph input, in order: where its tensor comes from.
+  struct Binding {
+    enum Kind { kData, kState, kGradOf } kind;
+    size_t data_index = 0;
+    Tensor handle;  // kState: the tensor; kGradOf: the parameter.
+  };
+  std::vector<Binding> bindings;
+  std::vector<trace::StateWrite> state_writes;
+  // A parameter's gradient after the call: a graph output, or cleared (-1).
+  struct GradWrite {
+    Tensor parameter;
+    int output;
+  };
+  std::vector<GradWrite> grad_writes;
+  int verify_left = 0;
+
+  // A differentiable entry (see Note [Differentiable replay]): `executor` is
+  // the forward graph, whose outputs are the user's, then the rebound state,
+  // then the values the backward graph reads.
+  struct Backward {
+    std::shared_ptr<trace::Executor> executor;
+    // Per backward-graph input: a forward call input (>= 0), the output's
+    // gradient (kSeed), or saved forward output (kSaved - index).
+    std::vector<int> source;
+    static constexpr int kSeed = -1, kSaved = -2;
+    // The autograd node's inputs: data inputs that require grad, then
+    // parameters; and for each, the backward output holding its gradient.
+    std::vector<size_t> data_inputs;
+    std::vector<Tensor> parameters;
+    std::vector<int> grad_output;  // -1: no gradient reaches it.
+  };
+  std::optional<Backward> backward;
+};
+
+struct HybridFunction::Impl {
+  Fn fn;
+  HybridizeOptions options;
+  Stats stats;
+  // Most recently used first.
+  std::list<CachedGraph> cache;
+  absl::flat_hash_map<std::string, std::list<CachedGraph>::iterator> by_key;
+  std::optional<Signature> last_traced;
+  const trace::Executor* last_executor = nullptr;
+
+  CachedGraph& trace(const std::vector<Tensor>& inputs, Signature signature,
+                     std::vector<Tensor>* outputs);
+  std::vector<Tensor> replay(CachedGraph& graph, const std::vector<Tensor>& inputs);
+  void attach_backward(const CachedGraph& graph, const std::vector<Tensor>& inputs,
+                       const std::vector<Tensor>& call_inputs,
+                       const std::vector<Tensor>& forward_outputs,
+                       std::shared_ptr<absl::flat_hash_map<int64_t, int64_t>> seeds);
+  std::vector<Tensor> verify(CachedGraph& graph, const std::vector<Tensor>& inputs);
+};
+
+CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Signature signature,
+                                         std::vector<Tensor>* outputs) {
+  // Parameters seen by the trace, with the gradient each had then: a
+  // gradient that is the same tensor at the end was not touched.
+  struct Leaf {
+    Tensor parameter;
+    Tensor grad_before;
+  };
+  std::vector<Leaf> leaves;
+  // Each captured tensor's data at capture, to undo a differentiable trace's
+  // state updates before its first replay.
+  std::vector<std::pair<Tensor, Tensor>> captured;
+  const bool differentiable = options.differentiable && grad_mode_enabled();
+  const uint64_t seed_state = random_state();
+
+  // A differentiable trace starts from leaves, so that its backward stops at
+  // the graph's inputs instead of running into the caller's history.
+  std::vector<Tensor> traced_inputs = inputs;
+  if (differentiable) {
+    for (Tensor& t : traced_inputs) {
+      if (t.requires_grad()) t = t.detach().requires_grad_();
+    }
+  }
+
+  trace::Tracer tracer;
+  tracer.set_on_capture([&](const Tensor& t) {
+    if (AutogradMeta* meta = leaf_meta(t)) leaves.push_back({t, meta->grad});
+    if (differentiable) captured.emplace_back(t, t.snapshot());
+  });
+  for (size_t i = 0; i < inputs.size(); ++i)
+    tracer.add_input(traced_inputs[i], str_cat("input", i));
+  *outputs = fn(traced_inputs);
+  CachedGraph entry;
+  entry.num_user_outputs = outputs->size();
+  for (size_t o = 0; o < outputs->size(); ++o) {
+    TANDEM_CHECK((*outputs)[o].defined(),
+                 "the hybridized function returned an undefined tensor as output ", o);
+    tracer.add_output((*outputs)[o], str_cat("output", o));
+  }
+
+  // Note [Differentiable replay]: trace the backward of the one output, with
+  // its gradient as a graph input, into the same graph.
+  std::optional<trace::ValueId> seed_value;
+  CachedGraph::Backward backward;
+  std::vector<int> grad_outputs;
+  if (differentiable && outputs->size() == 1 && (*outputs)[0].requires_grad()) {
+    const Tensor& y = (*outputs)[0];
+    TANDEM_CHECK(y.dtype() == DType::kFloat32 || y.dtype() == DType::kFloat64,
+                 "a differentiable hybridized output must be float32 or float64, got ",
+                 dtype_name(y.dtype()));
+    // Ones, made without an op so that they are an input, not a node.
+    Tensor seed = y.dtype() == DType::kFloat32
+                      ? Tensor::from_vector<float>(std::vector<float>(y.numel(), 1.0f), y.shape())
+                      : Tensor::from_vector<double>(std::vector<double>(y.numel(), 1.0), y.shape());
+    seed_value = tracer.add_input(seed, "grad_output0");
+    std::vector<Tensor> grads_before;
+    for (const Leaf& leaf : leaves) {
+      grads_before.push_back(leaf.parameter.grad());
+      leaf_meta(leaf.parameter)->grad = Tensor();
+    }
+    y.backward(seed);
+    auto add_grad = [&](const Tensor& g, const std::string& name) {
+      grad_outputs.push_back(g.defined() ? tracer.add_output(g, name) : -1);
+    };
+    for (size_t i = 0; i < traced_inputs.size(); ++i) {
+      if (!inputs[i].requires_grad()) continue;
+      backward.data_inputs.push_back(i);
+      add_grad(traced_inputs[i].grad(), str_cat("grad_input", i));
+    }
+    for (size_t j = 0; j < leaves.size(); ++j) {
+      backward.parameters.push_back(leaves[j].parameter);
+      add_grad(leaves[j].parameter.grad(), str_cat("grad_param", j));
+      leaf_meta(leaves[j].parameter)->grad = grads_before[j];
+    }
+  } else {
+    for (const Leaf& leaf : leaves) {
+      Tensor grad = leaf.parameter.grad();
+      if (!grad.defined()) {
+        if (leaf.grad_before.defined()) entry.grad_writes.push_back({leaf.parameter, -1});
+      } else if (!leaf.grad_before.defined() || grad.impl_ptr() != leaf.grad_before.impl_ptr()) {
+        entry.grad_writes.push_back(
+            {leaf.parameter, tracer.add_output(grad, str_cat("grad", entry.grad_writes.size()))});
+      }
+    }
+  }
+  trace::Trace traced = tracer.finish();
+  entry.state_writes = std::move(traced.state_writes);
+
+  // Bindings follow the traced input order, which the passes keep (they
+  // only append constants). The seed is the backward graph's alone.
+  std::vector<trace::GraphInput> forward_inputs;
+  size_t data = 0, state = 0;
+  for (const trace::GraphInput& input : traced.graph.inputs) {
+    if (seed_value && input.value == *seed_value) continue;
+    forward_inputs.push_back(input);
+    if (input.kind == trace::InputKind::kData) {
+      entry.bindings.push_back({CachedGraph::Binding::kData, data++, Tensor()});
+      continue;
+    }
+    const Tensor& handle = traced.state[state++];
+    // A gradient read by the step (accumulation across calls): read the
+    // parameter's gradient afresh on each call, not this old tensor.
+    const Leaf* owner = nullptr;
+    for (const Leaf& leaf : leaves) {
+      if (leaf.grad_before.defined() && leaf.grad_before.impl_ptr() == handle.impl_ptr()) {
+        owner = &leaf;
+      }
+    }
+    if (owner != nullptr) {
+      entry.bindings.push_back({CachedGraph::Binding::kGradOf, 0, owner->parameter});
+    } else {
+      entry.bindings.push_back({CachedGraph::Binding::kState, 0, handle});
+    }
+  }
+
+  const trace::ExecutorOptions executor_options{
+      .device = inputs.empty() ? Device::cpu() : inputs[0].device(),
+      .plan_memory = options.plan_memory};
+  auto build = [&](trace::Graph graph, const std::string& suffix) {
+    if (options.optimize) {
+      trace::optimize(graph, {.inference = options.inference, .name = options.name + suffix});
+    }
+    return std::make_unique<trace::Executor>(std::move(graph), executor_options);
+  };
+  if (!seed_value) {
+    entry.executor = build(std::move(traced.graph), "");
+  } else {
+    // Cut the graph: the forward is what the user's output and the state
+    // updates need; the backward, the rest of what the gradients need, with
+    // the forward values it reads saved as forward outputs.
+    const trace::Graph& g = traced.graph;
+    std::vector<trace::ValueId> forward_results;
+    std::vector<trace::GraphOutput> forward_outputs;
+    std::vector<int> forward_index(g.outputs.size(), -1);
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      const bool is_grad = std::find(grad_outputs.begin(), grad_outputs.end(),
+                                     static_cast<int>(o)) != grad_outputs.end();
+      if (is_grad) continue;
+      forward_index[o] = static_cast<int>(forward_outputs.size());
+      forward_results.push_back(g.outputs[o].value);
+      forward_outputs.push_back(g.outputs[o]);
+    }
+    for (trace::StateWrite& write : entry.state_writes) {
+      write.output = forward_index[static_cast<size_t>(write.output)];
+    }
+    std::vector<int> forward_nodes = trace::nodes_needed_for(g, forward_results);
+    std::vector<bool> in_forward(g.nodes.size(), false);
+    for (int n : forward_nodes) in_forward[static_cast<size_t>(n)] = true;
+    std::vector<trace::ValueId> grad_values;
+    std::vector<trace::GraphOutput> backward_outputs;
+    for (int o : grad_outputs) {
+      if (o < 0) continue;
+      grad_values.push_back(g.outputs[static_cast<size_t>(o)].value);
+      backward_outputs.push_back(g.outputs[static_cast<size_t>(o)]);
+    }
+    std::vector<int> backward_nodes = trace::nodes_needed_for(g, grad_values, in_forward);
+    // Saved: values made by forward nodes that the backward reads or returns.
+    std::vector<bool> made_by_forward(g.values.size(), false);
+    for (int n : forward_nodes) {
+      for (trace::ValueId id : g.nodes[static_cast<size_t>(n)].outputs) made_by_forward[id] = true;
+    }
+    std::vector<trace::ValueId> saved;
+    absl::flat_hash_map<trace::ValueId, bool> is_saved;
+    auto save = [&](trace::ValueId id) {
+      if (made_by_forward[id] && !is_saved[id]) {
+        is_saved[id] = true;
+        saved.push_back(id);
+      }
+    };
+    for (int n : backward_nodes) {
+      for (trace::ValueId id : g.nodes[static_cast<size_t>(n)].inputs) save(id);
+    }
+    for (trace::ValueId id : grad_values) save(id);
+
+    backward.source.clear();
+    std::vector<trace::GraphInput> backward_inputs;
+    int forward_position = 0;
+    for (const trace::GraphInput& input : g.inputs) {
+      backward_inputs.push_back(input);
+      if (input.value == *seed_value) {
+        backward.source.push_back(CachedGraph::Backward::kSeed);
+      } else {
+        backward.source.push_back(forward_position++);
+      }
+    }
+    const int first_saved = static_cast<int>(forward_outputs.size());
+    for (size_t k = 0; k < saved.size(); ++k) {
+      backward_inputs.push_back({saved[k], str_cat("saved", k), trace::InputKind::kData, Tensor()});
+      backward.source.push_back(CachedGraph::Backward::kSaved -
+                                (first_saved + static_cast<int>(k)));
+      forward_outputs.push_back({saved[k], str_cat("saved", k)});
+    }
+    int next = 0;
+    std::vector<int> grad_output_index;
+    for (int o : grad_outputs) grad_output_index.push_back(o < 0 ? -1 : next++);
+    backward.grad_output = std::move(grad_output_index);
+
+    trace::Graph forward_graph =
+        trace::extract_subgraph(g, forward_nodes, forward_inputs, forward_outputs);
+    std::vector<int> all_backward_nodes = backward_nodes;
+    trace::Graph backward_graph =
+        trace::extract_subgraph(g, all_backward_nodes, backward_inputs, backward_outputs);
+    entry.executor = build(std::move(forward_graph), ".forward");
+    backward.executor = build(std::move(backward_graph), ".backward");
+    entry.backward = std::move(backward);
+  }
+  entry.verify_left = options.verify ? options.verify_calls : 0;
+  entry.signature = std::move(signature);
+  entry.key_text = entry.signature.text();
+
+  cache.push_front(std::move(entry));
+  by_key[cache.front().key_text] = cache.begin();
+  while (static_cast<int>(cache.size()) > std::max(1, options.cache_size)) {
+    by_key.erase(cache.back().key_text);
+    cache.pop_back();
+  }
+  CachedGraph& result = cache.front();
+  if (result.backward) {
+    // The trace's own results carry a spent autograd graph (its backward was
+    // traced): undo its state updates and random draws, and replay, so the
+    // caller gets outputs it can differentiate.
+    for (auto& [tensor, before] : captured) tensor.assign_(before);
+    manual_seed(seed_state);
+    *outputs = replay(result, inputs);
+  }
+  return result;
+}
+
+std::vector<Tensor> HybridFunction::Impl::replay(CachedGraph& graph,
+                                                 const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> call_inputs;
+  call_inputs.reserve(graph.bindings.size());
+  for (const CachedGraph::Binding& b : graph.bindings) {
+    switch (b.kind) {
+      case CachedGraph::Binding::kData:
+        call_inputs.push_back(inputs[b.data_index]);
+        break;
+      case CachedGraph::Binding::kState:
+        call_inputs.push_back(b.handle);
+        break;
+      case CachedGraph::Binding::kGradOf: {
+        Tensor grad = b.handle.grad();
+        TANDEM_CHECK(grad.defined(), "the traced code added to a parameter's existing gradient, ",
+                     "but now the parameter has none; clear gradients the same way on every call ",
+                     "(e.g. zero_grad() inside the hybridized step)");
+        call_inputs.push_back(std::move(grad));
+        break;
+      }
+    }
+  }
+  // Random nodes draw fresh seeds; a backward graph reuses this call's.
+  auto seeds = std::make_shared<absl::flat_hash_map<int64_t, int64_t>>();
+  std::vector<Tensor> outputs = graph.executor->run(call_inputs, [&seeds](int64_t traced) {
+    const auto fresh = static_cast<int64_t>(next_seed());
+    (*seeds)[traced] = fresh;
+    return fresh;
+  });
+  for (const trace::StateWrite& write : graph.state_writes) {
+    write.target.assign_(outputs[static_cast<size_t>(write.output)]);
+  }
+  for (const CachedGraph::GradWrite& write : graph.grad_writes) {
+    AutogradMeta* meta = leaf_meta(write.parameter);
+    TANDEM_INTERNAL_ASSERT(meta != nullptr, "a traced parameter lost its autograd state");
+    meta->grad = write.output >= 0 ? outputs[static_cast<size_t>(write.output)] : Tensor();
+  }
+  if (graph.backward) attach_backward(graph, inputs, call_inputs, outputs, seeds);
+  outputs.resize(graph.num_user_outputs);
+  return outputs;
+}
+
+// Note [Differentiable replay]
+// A hybridized module called with gradients enabled traces its forward and,
+// with the output's gradient as a graph input, its backward, into one graph,
+// then cuts it in two: the forward (outputs, state updates, and the values
+// the backward reads) and the backward (parameter and input gradients). A
+// replay runs the forward and gives its output one autograd node, whose
+// gradient function runs the backward graph; so loss.backward() later flows
+// through the replayed block like through any op, as in Gluon's CachedOp.
+void HybridFunction::Impl::attach_backward(
+    const CachedGraph& graph, const std::vector<Tensor>& inputs,
+    const std::vector<Tensor>& call_inputs, const std::vector<Tensor>& forward_outputs,
+    std::shared_ptr<absl::flat_hash_map<int64_t, int64_t>> seeds) {
+  const CachedGraph::Backward& b = *graph.backward;
+  auto node = std::make_shared<AutogradNode>();
+  node->name = options.name;
+  node->where = current_call_site().where;
+  auto add_input = [&](const Tensor& t) {
+    node->inputs.push_back(t.snapshot());
+    node->edges.push_back(AutogradNode::edge_to(t));
+  };
+  for (size_t i : b.data_inputs) add_input(inputs[i]);
+  for (const Tensor& p : b.parameters) add_input(p);
+  const Tensor& y = forward_outputs[0];
+  node->outputs.push_back(y.snapshot());
+  node->num_outputs = 1;
+
+  // What the backward graph reads, fixed now: this call's inputs and saved values.
+  std::vector<Tensor> backward_inputs;
+  for (int source : b.source) {
+    if (source >= 0) {
+      backward_inputs.push_back(call_inputs[static_cast<size_t>(source)].snapshot());
+    } else if (source == CachedGraph::Backward::kSeed) {
+      backward_inputs.emplace_back();  // Filled by the gradient.
+    } else {
+      backward_inputs.push_back(
+          forward_outputs[static_cast<size_t>(CachedGraph::Backward::kSaved - source)]);
+    }
+  }
+  node->backward = [executor = b.executor, backward_inputs = std::move(backward_inputs),
+                    source = b.source, grad_output = b.grad_output,
+                    seeds](absl::Span<const Tensor> grad_outputs) mutable {
+    for (size_t k = 0; k < source.size(); ++k) {
+      if (source[k] == CachedGraph::Backward::kSeed) backward_inputs[k] = grad_outputs[0];
+    }
+    std::vector<Tensor> grads = executor->run(backward_inputs, [&](int64_t traced) {
+      auto it = seeds->find(traced);
+      return it != seeds->end() ? it->second : static_cast<int64_t>(next_seed());
+    });
+    std::vector<Tensor> result;
+    for (int index : grad_output)
+      result.push_back(index >= 0 ? grads[static_cast<size_t>(index)] : Tensor());
+    return result;
+  };
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->grad_fn = std::move(node);
+  forward_outputs[0].impl_ptr()->autograd = std::move(meta);
+}
+
+// Runs the graph, then (from the same starting state) the function eagerly,
+// and compares everything the call produces.
+std::vector<Tensor> HybridFunction::Impl::verify(CachedGraph& graph,
+                                                 const std::vector<Tensor>& inputs) {
+  // Save what either run changes: rebound state, gradients, the generator.
+  std::vector<Tensor> targets_before;
+  for (const trace::StateWrite& w : graph.state_writes)
+    targets_before.push_back(w.target.snapshot());
+  std::vector<Tensor> grads_before;
+  for (const CachedGraph::GradWrite& w : graph.grad_writes)
+    grads_before.push_back(w.parameter.grad());
+  const uint64_t seed_state = random_state();
+
+  std::vector<Tensor> graph_outputs = replay(graph, inputs);
+  std::vector<Tensor> graph_state, graph_grads;
+  for (const trace::StateWrite& w : graph.state_writes) graph_state.push_back(w.target.snapshot());
+  for (const CachedGraph::GradWrite& w : graph.grad_writes)
+    graph_grads.push_back(w.parameter.grad());
+
+  for (size_t i = 0; i < graph.state_writes.size(); ++i)
+    graph.state_writes[i].target.assign_(targets_before[i]);
+  for (size_t i = 0; i < graph.grad_writes.size(); ++i)
+    leaf_meta(graph.grad_writes[i].parameter)->grad = grads_before[i];
+  manual_seed(seed_state);
+  std::vector<Tensor> eager_outputs = fn(inputs);
+
+  const trace::Graph& g = graph.executor->graph();
+  auto compare = [&](const Tensor& from_graph, const Tensor& from_eager, size_t output,
+                     const std::string& what) {
+    const trace::ValueId id = g.outputs[output].value;
+    const trace::Value& v = g.value(id);
+    std::string made_by = "a graph input";
+    std::source_location where;
+    if (v.node >= 0) {
+      const trace::Node& node = g.nodes[static_cast<size_t>(v.node)];
+      made_by = str_cat("node ", v.node, " (", node.op->name, ")");
+      where = node.where;
+    }
+    if (from_graph.defined() != from_eager.defined() ||
+        (from_graph.defined() && from_graph.shape() != from_eager.shape())) {
+      throw Error(
+          str_cat("hybridize verify: ", what,
+                  " differs in shape or presence between the graph and eager runs; made by ",
+                  made_by),
+          "hybridize", where);
+    }
+    if (!from_graph.defined()) return;
+    std::vector<double> a = values_of(from_graph), b = values_of(from_eager);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double tolerance = options.verify_atol + options.verify_rtol * std::abs(b[i]);
+      if (!(std::abs(a[i] - b[i]) <= tolerance) && !(std::isnan(a[i]) && std::isnan(b[i]))) {
+        throw Error(str_cat("hybridize verify: ", what, " differs at element ", i, ": graph ", a[i],
+                            ", eager ", b[i], "; the value was made by ", made_by,
+                            ", traced at the line shown"),
+                    "hybridize", where);
+      }
+    }
+  };
+  TANDEM_CHECK(eager_outputs.size() == graph_outputs.size(),
+               "hybridize verify: the function returned ", eager_outputs.size(),
+               " outputs, the trace ", graph_outputs.size());
+  for (size_t o = 0; o < graph_outputs.size(); ++o)
+    compare(graph_outputs[o], eager_outputs[o], o, str_cat("output ", o));
+  for (size_t i = 0; i < graph.state_writes.size(); ++i) {
+    compare(graph_state[i], graph.state_writes[i].target,
+            static_cast<size_t>(graph.state_writes[i].output), str_cat("updated state ", i));
+  }
+  for (size_t i = 0; i < graph.grad_writes.size(); ++i) {
+    if (graph.grad_writes[i].output < 0) continue;
+    compare(graph_grads[i], graph.grad_writes[i].parameter.grad(),
+            static_cast<size_t>(graph.grad_writes[i].output), str_cat("gradient ", i));
+  }
+  return eager_outputs;
+}
+
+HybridFunction::HybridFunction(Fn fn, HybridizeOptions options) : impl_(std::make_unique<Impl>()) {
+  TANDEM_CHECK(fn != nullptr, "hybridize: the function is empty");
+  impl_->fn = std::move(fn);
+  impl_->options = std::move(options);
+}
+
+HybridFunction::~HybridFunction() = default;
+HybridFunction::HybridFunction(HybridFunction&&) noexcept = default;
+HybridFunction& HybridFunction::operator=(HybridFunction&&) noexcept = default;
+
+std::vector<Tensor> HybridFunction::operator()(const std::vector<Tensor>& inputs, int64_t key,
+                                               std::source_location where) {
+  Impl& s = *impl_;
+  CallSiteScope site(s.options.name.c_str(), where);
+  if (trace::Tracer::active()) {  // Inside another trace: be part of it.
+    ++s.stats.eager;
+    return s.fn(inputs);
+  }
+  Signature signature = signature_of(inputs, key);
+  std::string key_text = signature.text();
+  auto found = s.by_key.find(key_text);
+  if (found != s.by_key.end()) {
+    s.cache.splice(s.cache.begin(), s.cache, found->second);  // Most recently used.
+    CachedGraph& graph = s.cache.front();
+    ++s.stats.replays;
+    s.last_executor = graph.executor.get();
+    if (graph.verify_left > 0) {
+      --graph.verify_left;
+      return s.verify(graph, inputs);
+    }
+    return s.replay(graph, inputs);
+  }
+
+  const Signature* closest = nullptr;
+  for (const CachedGraph& cached : s.cache) {
+    if (closest == nullptr ||
+        distance(cached.signature, signature) < distance(*closest, signature)) {
+      closest = &cached.signature;
+    }
+  }
+  if (closest == nullptr && s.last_traced) closest = &*s.last_traced;
+  std::string reason = retrace_reason(closest, signature);
+  TANDEM_CHECK(!(s.options.strict && s.stats.traces > 0),
+               "strict hybridize: would trace again because ", reason,
+               " (set strict = false to allow retracing)");
+  ++s.stats.traces;
+  s.stats.last_trace_reason = reason;
+  if (s.stats.traces > 1) {
+    std::cerr << "tandem: hybridize '" << s.options.name << "' traces again (#" << s.stats.traces
+              << "): " << reason << "\n";
+  }
+  if (s.stats.traces == s.options.warn_after_traces) {
+    std::cerr << "tandem: warning: hybridize '" << s.options.name << "' has traced "
+              << s.stats.traces << " times; inputs whose shapes change on every call defeat "
+              << "the graph cache (pad to fixed shapes, or set strict = true to find the caller)\n";
+  }
+  s.last_traced = signature;
+  std::vector<Tensor> outputs;
+  CachedGraph& graph = s.trace(inputs, std::move(signature), &outputs);
+  s.last_executor = graph.executor.get();
+  return outputs;
+}
+
+const HybridFunction::Stats& HybridFunction::stats() const { return impl_->stats; }
+const trace::Executor* HybridFunction::last_executor() const { return impl_->last_executor; }
+const HybridizeOptions& HybridFunction::options() const { return impl_->options; }
+
+HybridFunction hybridize(HybridFunction::Fn fn, HybridizeOptions options) {
+  return HybridFunction(std::move(fn), std::move(options));
+}
+
+}  // namespace tandem

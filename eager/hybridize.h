@@ -1,0 +1,114 @@
+// hybridize: one switch from eager execution to a traced, optimized graph.
+//
+//   // A whole training step, traced once per input signature, then replayed:
+//   auto step = tandem::hybridize([&](const std::vector<Tensor>& in) {
+//     optimizer.zero_grad();
+//     Tensor loss = nn::cross_entropy(model->forward(in[0]), in[1]);
+//     loss.backward();
+//     optimizer.step();
+//     return std::vector<Tensor>{loss};
+//   });
+//   for (auto& [x, y] : loader) step({x, y})[0];   // same results as eager
+//
+//   // Inference with a module: module.hybridize() (nn/module.h).
+//
+// The first call with a new signature (each input's shape, dtype and device,
+// plus grad mode and a caller-given key such as a module's training flag)
+// runs the function eagerly under a tracer (trace/tracer.h): its results are
+// the eager ones. The recorded graph is optimized (trace/passes/pipeline.h)
+// and later calls with that signature replay it (trace/executor.h), without
+// running the C++ function: the parameters and optimizer state it read are
+// read again live, the tensors it rebound with assign_ (parameter updates,
+// running statistics) are rebound to the new values, and parameters'
+// gradients land in grad() as eager backward() would put them.
+//
+// Note [What a trace cannot see]
+// Only ops and assign_ are recorded. Host-side C++ state that changes between
+// calls (a counter, a learning rate kept as a double, a handle rebound with
+// `=`) is frozen at its value during the trace; Tandem's optimizers keep such
+// state in tensors for this reason. Reading a tensor's value while tracing
+// (item(), to_vector(), printing) throws tandem::Error: a branch on data
+// cannot be traced. A hybridized call inside a trace runs eagerly, so the
+// outer trace records its ops.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "trace/executor.h"
+
+namespace tandem {
+
+struct HybridizeOptions {
+  // Traced graphs kept, least recently used dropped first.
+  int cache_size = 8;
+  // A warning on stderr once the function has been traced this many times:
+  // shapes that change on every call defeat the cache.
+  int warn_after_traces = 4;
+  // A new signature after the first trace is a tandem::Error instead.
+  bool strict = false;
+  // For the first `verify_calls` replays, also run the function eagerly and
+  // compare every output, rebound state and gradient (see verify_tolerance);
+  // the first difference is a tandem::Error naming the graph node and the
+  // user's line that made the value.
+  bool verify = false;
+  int verify_calls = 2;
+  double verify_rtol = 1e-5;
+  double verify_atol = 1e-6;
+  // Run the optimization passes (off: replay the graph as traced).
+  bool optimize = true;
+  // Plan intermediate buffers (off: one buffer per value, for comparison).
+  bool plan_memory = true;
+  // The trace computes inference only (no parameter changes between calls):
+  // lets passes fold parameters (e.g. batch norm into convolution).
+  bool inference = false;
+  // The function is a forward (a module's): with gradients enabled, its one
+  // output gets autograd history through a traced backward graph, so a
+  // later backward() reaches the parameters and inputs (Note [Differentiable
+  // replay] in hybridize.cc). Off for functions that run backward themselves
+  // (a whole training step).
+  bool differentiable = false;
+  // Names the graph in logs and TANDEM_DUMP_GRAPHS files.
+  std::string name = "hybridized";
+};
+
+// A function of tensors, traced and replayed per input signature.
+class HybridFunction {
+ public:
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+  explicit HybridFunction(Fn fn, HybridizeOptions options = {});
+  ~HybridFunction();
+  HybridFunction(HybridFunction&&) noexcept;
+  HybridFunction& operator=(HybridFunction&&) noexcept;
+
+  // Traces or replays. `key` is extra signature (a module's training flag).
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, int64_t key = 0,
+                                 std::source_location where = std::source_location::current());
+
+  struct Stats {
+    int64_t traces = 0;   // Calls that traced (including the first).
+    int64_t replays = 0;  // Calls that replayed a cached graph.
+    int64_t eager = 0;    // Calls run eagerly (inside another trace).
+    std::string last_trace_reason;
+  };
+  const Stats& stats() const;
+  // The executor of the graph most recently traced or replayed; null before
+  // the first call. For inspection: graph(), memory_plan().
+  const trace::Executor* last_executor() const;
+  const HybridizeOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// hybridize(fn): `fn` as a HybridFunction.
+HybridFunction hybridize(HybridFunction::Fn fn, HybridizeOptions options = {});
+
+}  // namespace tandem

@@ -1,0 +1,142 @@
+// The executor against eager calls of the same ops: results, overlapping
+// calls sharing planned buffers, bad inputs, reseeded random ops, failures.
+#include "trace/executor.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "core/engine/engine.h"
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "tests/trace/graph_test_util.h"
+
+namespace tandem::trace {
+namespace {
+
+using ::testing::HasSubstr;
+
+using testing::op;
+
+// y = sum(relu(x @ w + b) * 2, axes=1): a few ops, two state inputs.
+Graph mlp_graph(int64_t batch) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{batch, 3}, DType::kFloat32);
+  ValueId w = g.add_input("w", InputKind::kState, Shape{4, 3}, DType::kFloat32);
+  ValueId b = g.add_input("b", InputKind::kState, Shape{4}, DType::kFloat32);
+  ValueId h = g.add_node(op("linear"), {}, {x, w, b})[0];
+  ValueId r = g.add_node(op("relu"), {}, {h})[0];
+  ValueId two = g.add_node(op("full"), {{"shape", std::vector<int64_t>{}}, {"value", 2.0}}, {})[0];
+  ValueId m = g.add_node(op("mul"), {}, {r, two})[0];
+  g.add_output(g.add_node(op("sum"), {{"axes", std::vector<int64_t>{1}}}, {m})[0], "y");
+  return g;
+}
+
+Tensor eager_mlp(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Tensor h = kernels::call1("linear", {x, w, b});
+  Tensor r = kernels::call1("relu", {h});
+  Tensor two = kernels::call1("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", 2.0}});
+  return kernels::call1("sum", {kernels::call1("mul", {r, two})},
+                        {{"axes", std::vector<int64_t>{1}}});
+}
+
+using testing::random_tensor;
+
+TEST(ExecutorTest, MatchesEagerCalls) {
+  Executor exec(mlp_graph(5));
+  Tensor x = random_tensor({5, 3}, 1), w = random_tensor({4, 3}, 2), b = random_tensor({4}, 3);
+  std::vector<Tensor> out = exec.run({x, w, b});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].to_vector<float>(), eager_mlp(x, w, b).to_vector<float>());
+}
+
+TEST(ExecutorTest, OverlappingCallsEachGetTheirOwnResult) {
+  // Calls pushed back to back share the planned buffers; the engine must
+  // order them so that no call reads another's intermediates.
+  Executor exec(mlp_graph(64));
+  Tensor w = random_tensor({4, 3}, 2), b = random_tensor({4}, 3);
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 50; ++i) {
+    xs.push_back(random_tensor({64, 3}, 100 + i));
+    ys.push_back(exec.run({xs.back(), w, b})[0]);
+  }
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(ys[i].to_vector<float>(), eager_mlp(xs[i], w, b).to_vector<float>()) << "call " << i;
+  }
+}
+
+TEST(ExecutorTest, PlannedAndUnplannedGiveTheSameResult) {
+  Tensor x = random_tensor({7, 3}, 1), w = random_tensor({4, 3}, 2), b = random_tensor({4}, 3);
+  Executor planned(mlp_graph(7)), unplanned(mlp_graph(7), {.plan_memory = false});
+  EXPECT_LE(planned.memory_plan().planned_bytes, unplanned.memory_plan().planned_bytes);
+  EXPECT_EQ(planned.run({x, w, b})[0].to_vector<float>(),
+            unplanned.run({x, w, b})[0].to_vector<float>());
+}
+
+TEST(ExecutorTest, RejectsInputsThatDifferFromTheGraph) {
+  Executor exec(mlp_graph(5));
+  Tensor w = random_tensor({4, 3}, 2), b = random_tensor({4}, 3);
+  try {
+    exec.run({random_tensor({6, 3}, 1), w, b});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("input 'x' is float32[6, 3]"));
+    EXPECT_THAT(e.what(), HasSubstr("built for float32[5, 3]"));
+    EXPECT_THAT(e.what(), HasSubstr("executor_test.cc"));
+  }
+  EXPECT_THROW(exec.run({w, b}), Error);
+}
+
+TEST(ExecutorTest, OutputsMayBeInputsOrRepeated) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{2}, DType::kFloat32);
+  ValueId e = g.add_node(op("exp"), {}, {x})[0];
+  ValueId c = g.add_constant("c", Tensor::from_vector<float>({7, 8}, {2}));
+  g.add_output(x, "x");
+  g.add_output(e, "e1");
+  g.add_output(e, "e2");
+  g.add_output(c, "c");
+  Executor exec(std::move(g));
+  Tensor in = Tensor::from_vector<float>({0, 1}, {2});
+  std::vector<Tensor> out = exec.run({in});
+  EXPECT_EQ(out[0].to_vector<float>(), in.to_vector<float>());
+  EXPECT_EQ(out[1].to_vector<float>(), out[2].to_vector<float>());
+  EXPECT_EQ(out[3].to_vector<float>(), (std::vector<float>{7, 8}));
+}
+
+TEST(ExecutorTest, RandomOpsRepeatTheTracedSeedUnlessReseeded) {
+  Graph g;
+  g.add_output(
+      g.add_node(op("rand"), {{"shape", std::vector<int64_t>{8}}, {"seed", int64_t{7}}}, {})[0],
+      "r");
+  Executor exec(std::move(g));
+  std::vector<float> a = exec.run({})[0].to_vector<float>();
+  EXPECT_EQ(exec.run({})[0].to_vector<float>(), a);
+  int64_t seed = 100;
+  std::vector<float> b = exec.run({}, [&](int64_t) { return seed++; })[0].to_vector<float>();
+  std::vector<float> c = exec.run({}, [&](int64_t) { return seed++; })[0].to_vector<float>();
+  EXPECT_NE(b, a);
+  EXPECT_NE(c, b);
+}
+
+TEST(ExecutorTest, KernelFailuresNameTheOpAndTheTracedLine) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{3}, DType::kInt64);
+  ValueId i = g.add_input("i", InputKind::kData, Shape{1}, DType::kInt64);
+  const int line = __LINE__ + 1;
+  g.add_output(g.add_node(op("take"), {}, {x, i}, std::source_location::current())[0], "y");
+  Executor exec(std::move(g));
+  std::vector<Tensor> out = exec.run(
+      {Tensor::from_vector<int64_t>({1, 2, 3}, {3}), Tensor::from_vector<int64_t>({9}, {1})});
+  try {
+    out[0].wait_to_read();
+    FAIL() << "expected the kernel's error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "take");
+    EXPECT_THAT(e.what(), HasSubstr(str_cat("executor_test.cc:", line)));
+  }
+}
+
+}  // namespace
+}  // namespace tandem::trace

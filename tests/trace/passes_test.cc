@@ -1,0 +1,141 @@
+// Each pass on hand-built graphs: what it removes, what it must keep, and the
+// memory plan's reuse.
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "tests/trace/graph_test_util.h"
+#include "trace/graph.h"
+#include "trace/passes/common_subexpression.h"
+#include "trace/passes/dead_code.h"
+#include "trace/passes/memory_plan.h"
+#include "trace/passes/pipeline.h"
+
+namespace tandem::trace {
+namespace {
+
+using testing::op;
+
+TEST(DeadCodeTest, RemovesNodesThatReachNoOutputAndKeepsInputs) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
+  ValueId unused = g.add_input("unused", InputKind::kData, Shape{4}, DType::kFloat32);
+  ValueId a = g.add_node(op("exp"), {}, {x})[0];
+  ValueId dead = g.add_node(op("tanh"), {}, {a})[0];
+  g.add_node(op("relu"), {}, {dead});  // A chain of two dead nodes.
+  ValueId b = g.add_node(op("neg"), {}, {a})[0];
+  g.add_output(b, "b");
+  (void)unused;
+  EXPECT_EQ(eliminate_dead_code(g), 2);
+  verify(g);
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[0].op->name, "exp");
+  EXPECT_EQ(g.nodes[1].op->name, "neg");
+  EXPECT_EQ(g.inputs.size(), 2u);
+}
+
+TEST(CommonSubexpressionTest, MergesEqualCallsAndRewiresReaders) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
+  ValueId a1 = g.add_node(op("exp"), {}, {x})[0];
+  ValueId a2 = g.add_node(op("exp"), {}, {x})[0];
+  ValueId s = g.add_node(op("add"), {}, {a1, a2})[0];
+  g.add_output(s, "s");
+  g.add_output(a2, "a2");
+  EXPECT_EQ(eliminate_common_subexpressions(g), 1);
+  verify(g);
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[1].inputs[0], g.nodes[1].inputs[1]);
+  EXPECT_EQ(g.outputs[1].value, g.nodes[0].outputs[0]);
+}
+
+TEST(CommonSubexpressionTest, KeepsCallsWhoseAttributesDifferBeyondPrintedDigits) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
+  // Both print as 0.1 with six digits; they are different calls.
+  ValueId a = g.add_node(op("leaky_relu"), {{"alpha", 0.1}}, {x})[0];
+  ValueId b = g.add_node(op("leaky_relu"), {{"alpha", 0.1000001}}, {x})[0];
+  g.add_output(g.add_node(op("add"), {}, {a, b})[0], "s");
+  EXPECT_EQ(eliminate_common_subexpressions(g), 0);
+}
+
+TEST(CommonSubexpressionTest, KeepsRandomOpsWithDifferentSeeds) {
+  Graph g;
+  ValueId r1 =
+      g.add_node(op("rand"), {{"shape", std::vector<int64_t>{3}}, {"seed", int64_t{1}}}, {})[0];
+  ValueId r2 =
+      g.add_node(op("rand"), {{"shape", std::vector<int64_t>{3}}, {"seed", int64_t{2}}}, {})[0];
+  g.add_output(g.add_node(op("add"), {}, {r1, r2})[0], "s");
+  EXPECT_EQ(eliminate_common_subexpressions(g), 0);
+}
+
+// x -> n unary ops in a chain -> output: at most two intermediates are alive
+// at once, so two buffers suffice.
+Graph chain(int n, int64_t size) {
+  Graph g;
+  ValueId v = g.add_input("x", InputKind::kData, Shape{size}, DType::kFloat32);
+  for (int i = 0; i < n; ++i) v = g.add_node(op(i % 2 ? "neg" : "exp"), {}, {v})[0];
+  g.add_output(v, "y");
+  return g;
+}
+
+TEST(MemoryPlanTest, ChainReusesTwoBuffers) {
+  Graph g = chain(10, 1024);
+  MemoryPlan plan = plan_memory(g);
+  EXPECT_EQ(plan.buffer_bytes.size(), 2u);
+  EXPECT_EQ(plan.unplanned_bytes, 9u * 4096u);
+  EXPECT_EQ(plan.planned_bytes, 2u * 4096u);
+  // Inputs and outputs are bound per call, not planned.
+  EXPECT_EQ(plan.buffer_of[g.inputs[0].value], -1);
+  EXPECT_EQ(plan.buffer_of[g.outputs[0].value], -1);
+}
+
+TEST(MemoryPlanTest, NeverGivesTwoLiveValuesOneBuffer) {
+  // x -> a, b, c (all read by the last node): three intermediates live at once.
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{8}, DType::kFloat32);
+  ValueId a = g.add_node(op("exp"), {}, {x})[0];
+  ValueId b = g.add_node(op("neg"), {}, {x})[0];
+  ValueId c = g.add_node(op("relu"), {}, {x})[0];
+  ValueId ab = g.add_node(op("add"), {}, {a, b})[0];
+  ValueId abc = g.add_node(op("add"), {}, {ab, c})[0];
+  g.add_output(abc, "y");
+  MemoryPlan plan = plan_memory(g);
+  EXPECT_NE(plan.buffer_of[a], plan.buffer_of[b]);
+  EXPECT_NE(plan.buffer_of[a], plan.buffer_of[c]);
+  EXPECT_NE(plan.buffer_of[b], plan.buffer_of[c]);
+  // ab may not take a's or b's buffer (a node never writes what it reads)
+  // nor c's (still to be read): a fourth buffer.
+  for (ValueId live : {a, b, c}) EXPECT_NE(plan.buffer_of[ab], plan.buffer_of[live]);
+  EXPECT_EQ(plan.buffer_bytes.size(), 4u);
+}
+
+TEST(MemoryPlanTest, GrowsAFreeBufferForALargerValue) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{2, 8}, DType::kFloat32);
+  ValueId small = g.add_node(op("sum"), {{"axes", std::vector<int64_t>{1}}}, {x})[0];  // [2]
+  ValueId big = g.add_node(op("expand"), {{"shape", std::vector<int64_t>{64, 2}}}, {small})[0];
+  ValueId e = g.add_node(op("exp"), {}, {big})[0];
+  g.add_output(g.add_node(op("sum"), {}, {e})[0], "y");
+  MemoryPlan plan = plan_memory(g);
+  // small is freed after expand; exp's output takes the buffer and grows it.
+  EXPECT_EQ(plan.buffer_bytes.size(), 2u);
+  EXPECT_LT(plan.planned_bytes, plan.unplanned_bytes);
+}
+
+TEST(PipelineTest, OptimizesAndKeepsTheGraphValid) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
+  ValueId a1 = g.add_node(op("exp"), {}, {x})[0];
+  ValueId a2 = g.add_node(op("exp"), {}, {x})[0];
+  g.add_node(op("tanh"), {}, {a2});  // Dead.
+  g.add_output(g.add_node(op("add"), {}, {a1, a2})[0], "y");
+  optimize(g);
+  // CSE merges the two exps, dead code drops tanh, fusion makes exp + add one node.
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op->name, "fused_elementwise");
+}
+
+}  // namespace
+}  // namespace tandem::trace

@@ -1,0 +1,114 @@
+// The tracer: what it records for ops, views, captured state and rebinding,
+// and the error for reading values while tracing.
+#include "trace/tracer.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "trace/executor.h"
+
+namespace tandem::trace {
+namespace {
+
+using ::testing::HasSubstr;
+
+Tensor vec(std::vector<float> v) {
+  const auto n = static_cast<int64_t>(v.size());
+  return Tensor::from_vector<float>(v, {n});
+}
+
+TEST(TracerTest, RecordsOpsAndReplaysThem) {
+  Tensor x = vec({1, -2, 3, -4});
+  Tensor w = vec({10, 20, 30, 40});  // Captured: becomes a state input.
+  Tracer tracer;
+  tracer.add_input(x, "x");
+  Tensor y = kernels::call1("mul", {kernels::call1("relu", {x}), w});
+  tracer.add_output(y, "y");
+  Trace t = tracer.finish();
+  verify(t.graph);
+  ASSERT_EQ(t.graph.nodes.size(), 2u);
+  ASSERT_EQ(t.state.size(), 1u);
+  EXPECT_EQ(t.state[0].impl_ptr(), w.impl_ptr());
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{10, 0, 90, 0}));  // Ran eagerly.
+
+  Executor exec(std::move(t.graph));
+  EXPECT_EQ(exec.run({vec({-1, 2, -3, 4}), w})[0].to_vector<float>(),
+            (std::vector<float>{0, 40, 0, 160}));
+}
+
+TEST(TracerTest, RecordsViewsAsOps) {
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tracer tracer;
+  tracer.add_input(x, "x");
+  Tensor e = kernels::call1("exp", {x});
+  Tensor row = e[1];             // A view: not an op.
+  Tensor flat = e.reshape({6});  // Another view.
+  Tensor y = kernels::call1(
+      "add", {row, kernels::call1("sum", {flat},
+                                  {{"axes", std::vector<int64_t>{0}}, {"keepdims", true}})});
+  tracer.add_output(y, "y");
+  Trace t = tracer.finish();
+  verify(t.graph);
+  EXPECT_TRUE(t.state.empty());  // Views of traced data are not state.
+  Executor exec(std::move(t.graph));
+  Tensor x2 = Tensor::from_vector<float>({0, 0, 0, 1, 1, 1}, {2, 3});
+  std::vector<float> got = exec.run({x2})[0].to_vector<float>();
+  const float e1 = std::exp(1.0f), total = 3 + 3 * e1;
+  ASSERT_EQ(got.size(), 3u);
+  for (float v : got) EXPECT_NEAR(v, e1 + total, 1e-4);
+}
+
+TEST(TracerTest, ReadingAValueWhileTracingNamesTheLine) {
+  Tensor x = vec({1, 2});
+  Tracer tracer;
+  tracer.add_input(x, "x");
+  Tensor s = kernels::call1("sum", {x});
+  const int line = __LINE__ + 2;
+  try {
+    (void)s.item<float>();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "item");
+    EXPECT_THAT(e.what(), HasSubstr("cannot read a tensor's value while tracing"));
+    EXPECT_THAT(e.what(), HasSubstr(str_cat("tracer_test.cc:", line)));
+  }
+  EXPECT_THROW(s.to_vector<float>(), Error);
+  EXPECT_THROW(s.to_string(), Error);
+}
+
+TEST(TracerTest, ListsStateRebindingAsOutputs) {
+  Tensor param = vec({1, 2, 3});
+  Tensor untouched = vec({5, 5, 5});
+  Tracer tracer;
+  Tensor lr = vec({0.5, 0.5, 0.5});
+  tracer.add_input(lr, "lr");
+  Tensor temp = kernels::call1("add", {param, untouched});
+  temp.assign_(kernels::call1("neg", {temp}));  // A temporary: not state.
+  param.assign_(kernels::call1("sub", {param, lr}));
+  untouched.assign_(untouched);  // Same data again: no write.
+  Trace t = tracer.finish();
+  ASSERT_EQ(t.state_writes.size(), 1u);
+  EXPECT_EQ(t.state_writes[0].target.impl_ptr(), param.impl_ptr());
+  EXPECT_EQ(t.graph.outputs[static_cast<size_t>(t.state_writes[0].output)].name, "state_write0");
+  EXPECT_EQ(param.to_vector<float>(), (std::vector<float>{0.5, 1.5, 2.5}));
+}
+
+TEST(TracerTest, StopsRecordingWhenFinishedOrDestroyed) {
+  {
+    Tracer tracer;
+    EXPECT_TRUE(Tracer::active());
+  }
+  EXPECT_FALSE(Tracer::active());
+  Tracer tracer;
+  tracer.finish();
+  EXPECT_FALSE(Tracer::active());
+  EXPECT_NO_THROW(kernels::call1("exp", {vec({1})}).item<float>());
+}
+
+}  // namespace
+}  // namespace tandem::trace

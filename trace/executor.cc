@@ -1,0 +1,297 @@
+#include "trace/executor.h"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+
+#include "core/engine/engine.h"
+#include "core/error.h"
+#include "kernels/dispatch.h"
+
+namespace tandem::trace {
+namespace {
+
+// Where a step's tensor comes from on each call: an index into the frame's
+// external tensors (the call's inputs, then its fresh outputs).
+struct Patch {
+  int position;  // Into the step's inputs, then (after them) its outputs.
+  int external;
+};
+
+}  // namespace
+
+struct Executor::Program {
+  // One node, ready to push.
+  struct Step {
+    const kernels::OpDef* op;
+    kernels::KernelFn kernel;
+    kernels::Attrs attrs;
+    std::source_location where;
+    // Planned buffers and constants; undefined where a patch fills in.
+    absl::InlinedVector<Tensor, 4> inputs;
+    absl::InlinedVector<Tensor, 2> outputs;
+    absl::InlinedVector<Patch, 2> patches;
+    absl::InlinedVector<engine::Var*, 4> reads, writes;  // Of the planned tensors.
+    int seed_slot = -1;  // Random ops: index of the call's attrs in Frame::seeded_attrs.
+  };
+
+  Graph graph;
+  ExecutorOptions options;
+  MemoryPlan plan;
+  std::vector<Tensor> buffers;  // Keep the planned storages alive.
+  std::vector<Step> steps;
+  // Consecutive steps pushed as one engine op (Note [Segments]).
+  struct Segment {
+    int begin, end;                                      // Steps [begin, end).
+    absl::InlinedVector<engine::Var*, 8> reads, writes;  // Of the planned tensors.
+    absl::InlinedVector<Patch, 4> patches;               // Of all its steps; position unused.
+    absl::InlinedVector<bool, 4> patch_is_read;
+  };
+  std::vector<Segment> segments;
+  int num_random_steps = 0;
+  // Per graph input: its index among the caller's inputs, or -1 (constant).
+  std::vector<int> input_position;
+  int num_call_inputs = 0;
+  // Per graph output: a fresh external (>= 0) or, for an output that is a
+  // graph input, which input (encoded -1 - input index).
+  std::vector<int> output_source;
+  int num_fresh_outputs = 0;
+};
+
+namespace {
+
+// What one call owns: the caller's inputs and the fresh outputs. Held by each
+// pushed op, so it lives until the call's last op has run.
+struct Frame {
+  std::shared_ptr<const Executor::Program> program;
+  std::vector<Tensor> externals;
+  std::vector<kernels::Attrs> seeded_attrs;  // Random steps' attrs with this call's seed.
+};
+
+Tensor view_of(const Tensor& buffer, const Value& value) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = value.shape;
+  impl->dtype = value.dtype;
+  impl->storage = buffer.storage();
+  return Tensor(std::move(impl));
+}
+
+// Runs one step of one call on an engine worker: the step's fixed tensors
+// with this call's inputs and outputs patched in.
+void run_step_unchecked(const Executor::Program::Step& step, const Frame& frame,
+                        const engine::RunContext& run);
+
+// A failure names the node's op and traced line, not its segment's first.
+void run_step(const Executor::Program::Step& step, const Frame& frame,
+              const engine::RunContext& run) {
+  try {
+    run_step_unchecked(step, frame, run);
+  } catch (const Error& e) {
+    throw Error(e.message(), step.op->name, step.where);
+  } catch (const std::exception& e) {
+    throw Error(e.what(), step.op->name, step.where);
+  }
+}
+
+void run_step_unchecked(const Executor::Program::Step& step, const Frame& frame,
+                        const engine::RunContext& run) {
+  const kernels::Attrs& attrs = step.seed_slot >= 0 && !frame.seeded_attrs.empty()
+                                    ? frame.seeded_attrs[static_cast<size_t>(step.seed_slot)]
+                                    : step.attrs;
+  if (step.patches.empty()) {
+    kernels::run_kernel(*step.op, step.kernel,
+                        kernels::KernelContext{step.inputs, step.outputs, attrs, run});
+    return;
+  }
+  absl::InlinedVector<Tensor, 4> inputs(step.inputs.begin(), step.inputs.end());
+  absl::InlinedVector<Tensor, 2> outputs(step.outputs.begin(), step.outputs.end());
+  const int num_inputs = static_cast<int>(inputs.size());
+  for (const Patch& patch : step.patches) {
+    const Tensor& t = frame.externals[static_cast<size_t>(patch.external)];
+    if (patch.position < num_inputs) {
+      inputs[static_cast<size_t>(patch.position)] = t;
+    } else {
+      outputs[static_cast<size_t>(patch.position - num_inputs)] = t;
+    }
+  }
+  kernels::run_kernel(*step.op, step.kernel, kernels::KernelContext{inputs, outputs, attrs, run});
+}
+
+}  // namespace
+
+Executor::Executor(Graph graph, ExecutorOptions options) {
+  auto program = std::make_shared<Program>();
+  Program& p = *program;
+  verify(graph, "executor");
+  p.graph = std::move(graph);
+  p.options = options;
+  const Graph& g = p.graph;
+  p.plan = plan_memory(g, options.plan_memory);
+  for (size_t bytes : p.plan.buffer_bytes) {
+    p.buffers.push_back(
+        Tensor::empty(Shape{static_cast<int64_t>(bytes)}, DType::kUInt8, options.device));
+  }
+
+  // Where each value lives: a fixed tensor (planned buffer or constant), or an
+  // external slot of the frame.
+  std::vector<Tensor> fixed(g.values.size());
+  std::vector<int> external(g.values.size(), -1);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const GraphInput& input = g.inputs[i];
+    if (input.kind == InputKind::kConstant) {
+      fixed[input.value] = input.constant;
+      p.input_position.push_back(-1);
+    } else {
+      external[input.value] = p.num_call_inputs;
+      p.input_position.push_back(p.num_call_inputs++);
+    }
+  }
+  for (const GraphOutput& output : g.outputs) {
+    const Value& v = g.value(output.value);
+    if (v.node < 0) {
+      int input_index = 0;
+      while (g.inputs[input_index].value != output.value) ++input_index;
+      p.output_source.push_back(-1 - input_index);
+    } else if (external[output.value] >= 0) {  // The same value output twice.
+      p.output_source.push_back(external[output.value]);
+    } else {
+      external[output.value] = p.num_call_inputs + p.num_fresh_outputs++;
+      p.output_source.push_back(external[output.value]);
+    }
+  }
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    int buffer = p.plan.buffer_of[id];
+    if (buffer >= 0) fixed[id] = view_of(p.buffers[buffer], g.values[id]);
+  }
+
+  p.steps.reserve(g.nodes.size());
+  for (const Node& node : g.nodes) {
+    Program::Step step;
+    step.op = node.op;
+    step.kernel = options.device.is_cpu() ? node.op->cpu : node.op->cuda;
+    {
+      CallSiteScope site(node.op->name.c_str(), node.where);
+      TANDEM_CHECK(step.kernel != nullptr, "has no kernel for ", options.device.to_string());
+    }
+    step.attrs = node.attrs;
+    step.where = node.where;
+    if (step.attrs.has("seed")) step.seed_slot = p.num_random_steps++;
+    auto place = [&](ValueId id, int position, absl::InlinedVector<Tensor, 4>* into_inputs,
+                     absl::InlinedVector<Tensor, 2>* into_outputs) {
+      Tensor t = external[id] >= 0 ? Tensor() : fixed[id];
+      if (external[id] >= 0)
+        step.patches.push_back({position, external[id]});
+      else
+        (into_inputs ? step.reads : step.writes).push_back(t.var());
+      if (into_inputs)
+        into_inputs->push_back(std::move(t));
+      else
+        into_outputs->push_back(std::move(t));
+    };
+    int position = 0;
+    for (ValueId id : node.inputs) place(id, position++, &step.inputs, nullptr);
+    for (ValueId id : node.outputs) place(id, position++, nullptr, &step.outputs);
+    p.steps.push_back(std::move(step));
+  }
+
+  const int max_nodes = std::max(1, options.max_segment_nodes);
+  for (int begin = 0; begin < static_cast<int>(p.steps.size()); begin += max_nodes) {
+    Program::Segment segment{
+        begin, std::min(begin + max_nodes, static_cast<int>(p.steps.size())), {}, {}, {}, {}};
+    for (int i = segment.begin; i < segment.end; ++i) {
+      const Program::Step& step = p.steps[static_cast<size_t>(i)];
+      segment.reads.insert(segment.reads.end(), step.reads.begin(), step.reads.end());
+      segment.writes.insert(segment.writes.end(), step.writes.begin(), step.writes.end());
+      for (const Patch& patch : step.patches) {
+        segment.patches.push_back(patch);
+        segment.patch_is_read.push_back(patch.position < static_cast<int>(step.inputs.size()));
+      }
+    }
+    p.segments.push_back(std::move(segment));
+  }
+  program_ = std::move(program);
+}
+
+Executor::~Executor() = default;
+Executor::Executor(Executor&&) noexcept = default;
+Executor& Executor::operator=(Executor&&) noexcept = default;
+
+const Graph& Executor::graph() const { return program_->graph; }
+const MemoryPlan& Executor::memory_plan() const { return program_->plan; }
+
+std::vector<Tensor> Executor::run(absl::Span<const Tensor> inputs,
+                                  const std::function<int64_t(int64_t)>& reseed,
+                                  std::source_location where) const {
+  const Program& p = *program_;
+  const Graph& g = p.graph;
+  CallSiteScope site("graph", where);
+  TANDEM_CHECK(static_cast<int>(inputs.size()) == p.num_call_inputs, "the graph takes ",
+               p.num_call_inputs, " inputs, got ", inputs.size());
+
+  auto frame = std::make_shared<Frame>();
+  frame->program = program_;
+  frame->externals.reserve(static_cast<size_t>(p.num_call_inputs + p.num_fresh_outputs));
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const int position = p.input_position[i];
+    if (position < 0) continue;
+    const Tensor& t = inputs[static_cast<size_t>(position)];
+    const Value& v = g.value(g.inputs[i].value);
+    TANDEM_CHECK(t.defined(), "input '", g.inputs[i].name, "' is undefined");
+    TANDEM_CHECK(t.shape() == v.shape && t.dtype() == v.dtype && t.device() == p.options.device,
+                 "input '", g.inputs[i].name, "' is ", dtype_name(t.dtype()), t.shape().to_string(),
+                 " on ", t.device().to_string(), ", the graph was built for ", dtype_name(v.dtype),
+                 v.shape.to_string(), " on ", p.options.device.to_string());
+    frame->externals.push_back(t.snapshot());
+  }
+  std::vector<Tensor> outputs;
+  outputs.reserve(g.outputs.size());
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    const int source = p.output_source[o];
+    if (source >= static_cast<int>(frame->externals.size())) {
+      const Value& v = g.value(g.outputs[o].value);
+      frame->externals.push_back(Tensor::empty(v.shape, v.dtype, p.options.device));
+    }
+    if (source >= 0) {
+      outputs.push_back(frame->externals[static_cast<size_t>(source)]);
+      continue;
+    }
+    // An output that is a graph input: the caller's tensor, or a constant.
+    const size_t input = static_cast<size_t>(-1 - source);
+    const int position = p.input_position[input];
+    outputs.push_back(position >= 0 ? inputs[static_cast<size_t>(position)]
+                                    : g.inputs[input].constant);
+  }
+
+  if (reseed) {
+    frame->seeded_attrs.reserve(static_cast<size_t>(p.num_random_steps));
+    for (const Program::Step& step : p.steps) {
+      if (step.seed_slot < 0) continue;
+      frame->seeded_attrs.push_back(step.attrs);
+      frame->seeded_attrs.back().set("seed", reseed(step.attrs.get_int("seed")));
+    }
+  }
+
+  engine::Engine& engine = engine::current();
+  for (const Program::Segment& segment : p.segments) {
+    absl::InlinedVector<engine::Var*, 8> reads(segment.reads.begin(), segment.reads.end());
+    absl::InlinedVector<engine::Var*, 8> writes(segment.writes.begin(), segment.writes.end());
+    for (size_t k = 0; k < segment.patches.size(); ++k) {
+      engine::Var* var = frame->externals[static_cast<size_t>(segment.patches[k].external)].var();
+      (segment.patch_is_read[k] ? reads : writes).push_back(var);
+    }
+    const Program::Step& first = p.steps[static_cast<size_t>(segment.begin)];
+    engine.push(
+        [&segment, frame](const engine::RunContext& run) {
+          const Program& program = *frame->program;
+          for (int i = segment.begin; i < segment.end; ++i) {
+            run_step(program.steps[static_cast<size_t>(i)], *frame, run);
+          }
+        },
+        p.options.device, reads, writes, first.op->name.c_str(), first.where);
+  }
+  return outputs;
+}
+
+}  // namespace tandem::trace

@@ -1,0 +1,164 @@
+#include "trace/tracer.h"
+
+#include "core/error.h"
+
+namespace tandem::trace {
+namespace {
+
+thread_local int active_tracers = 0;
+
+const kernels::OpDef& op_named(std::string_view name) {
+  return kernels::Registry::global().get(name);
+}
+
+std::vector<int64_t> dims_of(const Shape& shape) { return {shape.begin(), shape.end()}; }
+
+}  // namespace
+
+Tracer::Tracer()
+    : op_scope_(std::make_unique<kernels::ObserverScope>(this)),
+      tensor_scope_(std::make_unique<TensorObserverScope>(this)) {
+  ++active_tracers;
+}
+
+Tracer::~Tracer() {
+  if (!finished_) --active_tracers;
+}
+
+bool Tracer::active() { return active_tracers > 0; }
+
+ValueId Tracer::add_input(const Tensor& tensor, std::string name) {
+  TANDEM_CHECK(!find(tensor).has_value(), "input '", name,
+               "' is already part of the trace (passed twice, or made by a traced op)");
+  ValueId id = graph_.add_input(std::move(name), InputKind::kData, tensor.shape(), tensor.dtype());
+  remember(tensor, id);
+  return id;
+}
+
+int Tracer::add_output(const Tensor& tensor, std::string name) {
+  ValueId id = value_of(tensor, std::source_location{});
+  graph_.add_output(id, std::move(name));
+  return static_cast<int>(graph_.outputs.size()) - 1;
+}
+
+std::optional<ValueId> Tracer::find(const Tensor& tensor) const {
+  auto it = known_.find(tensor.storage());
+  if (it == known_.end()) return std::nullopt;
+  for (const Known& k : it->second) {
+    if (k.byte_offset == tensor.byte_offset() && k.shape == tensor.shape() &&
+        k.dtype == tensor.dtype()) {
+      return k.value;
+    }
+  }
+  return std::nullopt;
+}
+
+void Tracer::remember(const Tensor& tensor, ValueId value) {
+  known_[tensor.storage()].push_back({tensor.byte_offset(), tensor.shape(), tensor.dtype(), value});
+}
+
+ValueId Tracer::value_of(const Tensor& tensor, const std::source_location& where) {
+  if (std::optional<ValueId> id = find(tensor)) return *id;
+  auto it = known_.find(tensor.storage());
+  if (it != known_.end()) {
+    // A view of data the trace knows (Note [How traced values are identified]):
+    // find a known value of the same dtype whose bytes contain it.
+    const size_t begin = tensor.byte_offset(), end = begin + tensor.nbytes();
+    for (const Known& k : it->second) {
+      const size_t k_end =
+          k.byte_offset + static_cast<size_t>(k.shape.numel()) * dtype_size(k.dtype);
+      if (k.dtype == tensor.dtype() && k.byte_offset <= begin && end <= k_end) {
+        Known base = k;  // record_view appends to the vector `k` lives in.
+        return record_view(tensor, base, where);
+      }
+    }
+  }
+  // Data from outside the trace: a state input, read from this handle on
+  // every replay.
+  std::string name = str_cat("state", state_.size());
+  ValueId id = graph_.add_input(std::move(name), InputKind::kState, tensor.shape(), tensor.dtype());
+  state_index_[id] = state_.size();
+  state_.push_back(tensor);
+  remember(tensor, id);
+  if (on_capture_) on_capture_(tensor);
+  return id;
+}
+
+ValueId Tracer::record_view(const Tensor& tensor, const Known& base,
+                            const std::source_location& where) {
+  // flatten -> slice the element range -> reshape: the same elements, as ops.
+  const int64_t element = static_cast<int64_t>(dtype_size(tensor.dtype()));
+  const int64_t begin = static_cast<int64_t>(tensor.byte_offset() - base.byte_offset) / element;
+  ValueId id = base.value;
+  if (base.shape.rank() != 1) {
+    id =
+        graph_.add_node(op_named("reshape"), {{"shape", std::vector<int64_t>{-1}}}, {id}, where)[0];
+  }
+  if (begin != 0 || tensor.numel() != base.shape.numel()) {
+    id = graph_.add_node(op_named("slice"),
+                         {{"axis", int64_t{0}}, {"begin", begin}, {"end", begin + tensor.numel()}},
+                         {id}, where)[0];
+  }
+  id = graph_.add_node(op_named("reshape"), {{"shape", dims_of(tensor.shape())}}, {id}, where)[0];
+  remember(tensor, id);
+  return id;
+}
+
+void Tracer::on_op(const kernels::OpDef& op, absl::Span<const Tensor> inputs,
+                   absl::Span<const Tensor> outputs, const kernels::Attrs& attrs,
+                   const std::source_location& where) {
+  std::vector<ValueId> ids;
+  ids.reserve(inputs.size());
+  for (const Tensor& t : inputs) ids.push_back(value_of(t, where));
+  std::vector<kernels::TensorMeta> metas;
+  metas.reserve(outputs.size());
+  for (const Tensor& t : outputs) metas.push_back({t.shape(), t.dtype()});
+  std::vector<ValueId> made = graph_.add_node(op, attrs, std::move(ids), metas, where);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    remember(outputs[k], made[k]);
+    made_here_.insert(outputs[k].impl_ptr().get());
+  }
+}
+
+void Tracer::on_value_read(const Tensor& tensor, const char* what,
+                           const std::source_location& where) {
+  throw Error(
+      str_cat("cannot read a tensor's value while tracing (shape ", tensor.shape().to_string(),
+              "): a trace records ops, not values, so a branch or loop on this value "
+              "would be frozen at the value of the first call. Compute it with ops "
+              "(e.g. where, maximum) or read it outside the hybridized code"),
+      what, where);
+}
+
+void Tracer::on_assign(const Tensor& target, const Tensor& /*value*/) {
+  const TensorImpl* impl = target.impl_ptr().get();
+  if (made_here_.contains(impl)) return;  // A temporary of the traced code.
+  if (assigned_set_.insert(impl).second) assigned_.push_back(target);
+}
+
+Trace Tracer::finish() {
+  TANDEM_INTERNAL_ASSERT(!finished_, "Tracer::finish() called twice");
+  // Stop observing first: nothing below may be recorded.
+  op_scope_.reset();
+  tensor_scope_.reset();
+  finished_ = true;
+  --active_tracers;
+
+  Trace result;
+  for (const Tensor& target : assigned_) {
+    ValueId id = value_of(target, std::source_location{});
+    // A tensor rebound to the data it held when captured needs no write.
+    auto state = state_index_.find(id);
+    if (state != state_index_.end() && state_[state->second].impl_ptr() == target.impl_ptr()) {
+      continue;
+    }
+    graph_.add_output(id, str_cat("state_write", result.state_writes.size()));
+    result.state_writes.push_back({target, static_cast<int>(graph_.outputs.size()) - 1});
+  }
+  result.graph = std::move(graph_);
+  result.state = std::move(state_);
+  known_.clear();
+  return result;
+}
+
+}  // namespace tandem::trace
