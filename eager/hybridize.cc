@@ -127,6 +127,95 @@ struct CachedGraph {
   std::optional<Backward> backward;
 };
 
+namespace {
+
+// The two graphs a differentiable trace is cut into.
+struct ForwardBackward {
+  trace::Graph forward, backward;
+};
+
+// Cuts the traced graph `g` (Note [Differentiable replay]): the forward is
+// what the user's output and the state updates need; the backward, the rest
+// of what the gradients (`grad_outputs`, indices into g.outputs or -1) need,
+// with the forward values it reads saved as extra forward outputs. Fills
+// `backward`'s input sources and gradient indices, and renumbers
+// `state_writes` to the forward graph's outputs.
+ForwardBackward cut_forward_backward(const trace::Graph& g, trace::ValueId seed,
+                                     const std::vector<int>& grad_outputs,
+                                     const std::vector<trace::GraphInput>& forward_inputs,
+                                     std::vector<trace::StateWrite>& state_writes,
+                                     CachedGraph::Backward& backward) {
+  std::vector<trace::ValueId> forward_results;
+  std::vector<trace::GraphOutput> forward_outputs;
+  std::vector<int> forward_index(g.outputs.size(), -1);
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    const bool is_grad = std::find(grad_outputs.begin(), grad_outputs.end(), static_cast<int>(o)) !=
+                         grad_outputs.end();
+    if (is_grad) continue;
+    forward_index[o] = static_cast<int>(forward_outputs.size());
+    forward_results.push_back(g.outputs[o].value);
+    forward_outputs.push_back(g.outputs[o]);
+  }
+  for (trace::StateWrite& write : state_writes) {
+    write.output = forward_index[static_cast<size_t>(write.output)];
+  }
+  std::vector<int> forward_nodes = trace::nodes_needed_for(g, forward_results);
+  std::vector<bool> in_forward(g.nodes.size(), false);
+  for (int n : forward_nodes) in_forward[static_cast<size_t>(n)] = true;
+  std::vector<trace::ValueId> grad_values;
+  std::vector<trace::GraphOutput> backward_outputs;
+  for (int o : grad_outputs) {
+    if (o < 0) continue;
+    grad_values.push_back(g.outputs[static_cast<size_t>(o)].value);
+    backward_outputs.push_back(g.outputs[static_cast<size_t>(o)]);
+  }
+  std::vector<int> backward_nodes = trace::nodes_needed_for(g, grad_values, in_forward);
+  // Saved: values made by forward nodes that the backward reads or returns.
+  std::vector<bool> made_by_forward(g.values.size(), false);
+  for (int n : forward_nodes) {
+    for (trace::ValueId id : g.nodes[static_cast<size_t>(n)].outputs) made_by_forward[id] = true;
+  }
+  std::vector<trace::ValueId> saved;
+  absl::flat_hash_map<trace::ValueId, bool> is_saved;
+  auto save = [&](trace::ValueId id) {
+    if (made_by_forward[id] && !is_saved[id]) {
+      is_saved[id] = true;
+      saved.push_back(id);
+    }
+  };
+  for (int n : backward_nodes) {
+    for (trace::ValueId id : g.nodes[static_cast<size_t>(n)].inputs) save(id);
+  }
+  for (trace::ValueId id : grad_values) save(id);
+
+  backward.source.clear();
+  std::vector<trace::GraphInput> backward_inputs;
+  int forward_position = 0;
+  for (const trace::GraphInput& input : g.inputs) {
+    backward_inputs.push_back(input);
+    if (input.value == seed) {
+      backward.source.push_back(CachedGraph::Backward::kSeed);
+    } else {
+      backward.source.push_back(forward_position++);
+    }
+  }
+  const int first_saved = static_cast<int>(forward_outputs.size());
+  for (size_t k = 0; k < saved.size(); ++k) {
+    backward_inputs.push_back({saved[k], str_cat("saved", k), trace::InputKind::kData, Tensor()});
+    backward.source.push_back(CachedGraph::Backward::kSaved - (first_saved + static_cast<int>(k)));
+    forward_outputs.push_back({saved[k], str_cat("saved", k)});
+  }
+  int next = 0;
+  std::vector<int> grad_output_index;
+  for (int o : grad_outputs) grad_output_index.push_back(o < 0 ? -1 : next++);
+  backward.grad_output = std::move(grad_output_index);
+
+  return {trace::extract_subgraph(g, forward_nodes, forward_inputs, forward_outputs),
+          trace::extract_subgraph(g, backward_nodes, backward_inputs, backward_outputs)};
+}
+
+}  // namespace
+
 struct HybridFunction::Impl {
   Fn fn;
   HybridizeOptions options;
@@ -274,83 +363,10 @@ CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Sign
   if (!seed_value) {
     entry.executor = build(std::move(traced.graph), "");
   } else {
-    // Cut the graph: the forward is what the user's output and the state
-    // updates need; the backward, the rest of what the gradients need, with
-    // the forward values it reads saved as forward outputs.
-    const trace::Graph& g = traced.graph;
-    std::vector<trace::ValueId> forward_results;
-    std::vector<trace::GraphOutput> forward_outputs;
-    std::vector<int> forward_index(g.outputs.size(), -1);
-    for (size_t o = 0; o < g.outputs.size(); ++o) {
-      const bool is_grad = std::find(grad_outputs.begin(), grad_outputs.end(),
-                                     static_cast<int>(o)) != grad_outputs.end();
-      if (is_grad) continue;
-      forward_index[o] = static_cast<int>(forward_outputs.size());
-      forward_results.push_back(g.outputs[o].value);
-      forward_outputs.push_back(g.outputs[o]);
-    }
-    for (trace::StateWrite& write : entry.state_writes) {
-      write.output = forward_index[static_cast<size_t>(write.output)];
-    }
-    std::vector<int> forward_nodes = trace::nodes_needed_for(g, forward_results);
-    std::vector<bool> in_forward(g.nodes.size(), false);
-    for (int n : forward_nodes) in_forward[static_cast<size_t>(n)] = true;
-    std::vector<trace::ValueId> grad_values;
-    std::vector<trace::GraphOutput> backward_outputs;
-    for (int o : grad_outputs) {
-      if (o < 0) continue;
-      grad_values.push_back(g.outputs[static_cast<size_t>(o)].value);
-      backward_outputs.push_back(g.outputs[static_cast<size_t>(o)]);
-    }
-    std::vector<int> backward_nodes = trace::nodes_needed_for(g, grad_values, in_forward);
-    // Saved: values made by forward nodes that the backward reads or returns.
-    std::vector<bool> made_by_forward(g.values.size(), false);
-    for (int n : forward_nodes) {
-      for (trace::ValueId id : g.nodes[static_cast<size_t>(n)].outputs) made_by_forward[id] = true;
-    }
-    std::vector<trace::ValueId> saved;
-    absl::flat_hash_map<trace::ValueId, bool> is_saved;
-    auto save = [&](trace::ValueId id) {
-      if (made_by_forward[id] && !is_saved[id]) {
-        is_saved[id] = true;
-        saved.push_back(id);
-      }
-    };
-    for (int n : backward_nodes) {
-      for (trace::ValueId id : g.nodes[static_cast<size_t>(n)].inputs) save(id);
-    }
-    for (trace::ValueId id : grad_values) save(id);
-
-    backward.source.clear();
-    std::vector<trace::GraphInput> backward_inputs;
-    int forward_position = 0;
-    for (const trace::GraphInput& input : g.inputs) {
-      backward_inputs.push_back(input);
-      if (input.value == *seed_value) {
-        backward.source.push_back(CachedGraph::Backward::kSeed);
-      } else {
-        backward.source.push_back(forward_position++);
-      }
-    }
-    const int first_saved = static_cast<int>(forward_outputs.size());
-    for (size_t k = 0; k < saved.size(); ++k) {
-      backward_inputs.push_back({saved[k], str_cat("saved", k), trace::InputKind::kData, Tensor()});
-      backward.source.push_back(CachedGraph::Backward::kSaved -
-                                (first_saved + static_cast<int>(k)));
-      forward_outputs.push_back({saved[k], str_cat("saved", k)});
-    }
-    int next = 0;
-    std::vector<int> grad_output_index;
-    for (int o : grad_outputs) grad_output_index.push_back(o < 0 ? -1 : next++);
-    backward.grad_output = std::move(grad_output_index);
-
-    trace::Graph forward_graph =
-        trace::extract_subgraph(g, forward_nodes, forward_inputs, forward_outputs);
-    std::vector<int> all_backward_nodes = backward_nodes;
-    trace::Graph backward_graph =
-        trace::extract_subgraph(g, all_backward_nodes, backward_inputs, backward_outputs);
-    entry.executor = build(std::move(forward_graph), ".forward");
-    backward.executor = build(std::move(backward_graph), ".backward");
+    ForwardBackward cut = cut_forward_backward(traced.graph, *seed_value, grad_outputs,
+                                               forward_inputs, entry.state_writes, backward);
+    entry.executor = build(std::move(cut.forward), ".forward");
+    backward.executor = build(std::move(cut.backward), ".backward");
     entry.backward = std::move(backward);
   }
   entry.verify_left = options.verify ? options.verify_calls : 0;
