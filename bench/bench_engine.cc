@@ -28,32 +28,26 @@
 
 #include "benchmark/benchmark.h"
 
+#include "bench/harness.h"
 #include "tandem/tandem.h"
 
 namespace {
 
+using bench::Clock;
+using bench::median;
+using bench::ns_between;
 using tandem::Device;
 using tandem::Tensor;
 using tandem::engine::Engine;
 using tandem::engine::EngineKind;
 using tandem::engine::RunContext;
 using tandem::engine::Var;
-using Clock = std::chrono::steady_clock;
-
-double ns_between(Clock::time_point begin, Clock::time_point end) {
-  return std::chrono::duration<double, std::nano>(end - begin).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 // y = x + c on a one-element float tensor, pushed straight through the engine
-// API. When the op registry lands, replace the body with `return tandem::add(x, c);`
-// and keep the figures comparable: same kernel, same captures (two tensors), one
-// output allocated on the caller per op.
+// API: the engine's share of an op, with no registry in front (same kernel,
+// same captures (two tensors), one output allocated on the caller per op).
+// BM_PushAddOp measures the same op through the registry (tandem::add), and
+// bench_ops compares whole op calls with libtorch.
 Tensor add_scalar(const Tensor& x, float c) {
   Tensor y = Tensor::empty({1});
   tandem::engine::current().push(
@@ -110,6 +104,23 @@ void BM_PushAddScalar(benchmark::State& state) {
   engine.wait_all();
 }
 
+// BM_PushAddScalar through the public API: registry lookup, shape inference
+// and attribute parsing on the caller, then the same kind of push.
+void BM_PushAddOp(benchmark::State& state) {
+  Engine& engine = tandem::engine::current();
+  Tensor x = Tensor::from_vector(std::vector<float>{1.0f}, {1});
+  size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(tandem::add(x, 1.0));
+    if (++i % kBatch == 0) {
+      state.PauseTiming();
+      engine.wait_all();
+      state.ResumeTiming();
+    }
+  }
+  engine.wait_all();
+}
+
 BENCHMARK_CAPTURE(BM_PushEmpty, write, true)
     ->Arg(1)
     ->Arg(16)
@@ -129,6 +140,7 @@ BENCHMARK(BM_PushAddScalar)
     ->Repetitions(10)
     ->ReportAggregatesOnly(true)
     ->UseRealTime();
+BENCHMARK(BM_PushAddOp)->MinTime(0.1)->Repetitions(10)->ReportAggregatesOnly(true)->UseRealTime();
 
 // ---------------------------------------------------------------------------
 // (b) The classic loop.

@@ -25,6 +25,12 @@ PACKAGES=(
   dataset-fashion-mnist
 )
 
+# Installed by `bench` only, never by `deps` or CI: libtorch is the benchmarks' side-by-side peer,
+# not a dependency (bench/torch/ builds only where CMake finds it), and OpenBLAS's OpenMP build
+# gives it a real BLAS that shares its OpenMP pool (Note [libtorch configurations] in
+# bench/harness.h).
+BENCH_PACKAGES=(libtorch-dev libopenblas0-openmp)
+
 usage() {
   cat <<'EOF'
 usage: tools/tandem.sh <command> [args]
@@ -37,7 +43,8 @@ usage: tools/tandem.sh <command> [args]
   demo [args]     build release and train the Fashion-MNIST CNN (tutorials/02_train_fashion_mnist)
   test            the full CI suite: release+ctest, check-format, install+consumer,
                   asan+ctest, tsan+ctest (engine label); prints a timed summary
-  bench [args]    build release and run every build/release/bench/bench_* with args
+  bench [args]    install the libtorch peer's packages, build release and run every
+                  build/release/bench/bench_* with args (figures: bench/README.md)
   format          rewrite all sources with clang-format
   help            this text
 
@@ -132,6 +139,13 @@ cmd_demo() {
 }
 
 cmd_bench() {
+  PACKAGES+=("${BENCH_PACKAGES[@]}")  # cmd_deps, here and in cmd_build, installs them too.
+  cmd_deps
+  configure release
+  # A tree configured before libtorch-dev was installed cached "not found"; look again.
+  if grep -q '^Torch_DIR:PATH=.*NOTFOUND' build/release/CMakeCache.txt; then
+    cmake build/release
+  fi
   cmd_build release
   local b found=0
   for b in build/release/bench/bench_*; do

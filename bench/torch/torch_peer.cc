@@ -1,0 +1,149 @@
+// The libtorch side of the side-by-side benchmarks: the same workloads as
+// bench_ops, bench_gemm and bench_train, written with libtorch's C++ API and
+// timed by the same helpers (bench/harness.h). Those programs run it as a
+// child and read the "key value" lines it prints (Note [Side by side in
+// separate processes]); it is built only when CMake finds libtorch, and it is
+// the only thing in this repository that links it.
+//
+//   torch_peer ops                            # per-op overhead, ns per op
+//   torch_peer gemm                           # torch::mm GFLOP/s per size
+//   torch_peer train --model mlp|cnn --steps N
+//
+// Threads: Note [libtorch configurations]. The caller sets OMP_NUM_THREADS
+// and the BLAS; this program fixes ATen's pools before any op runs.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "bench/harness.h"
+
+namespace {
+
+// The libblas.so.3 this process loaded (the caller picks it through
+// LD_LIBRARY_PATH): printed as a note, so a table can be checked against it.
+void print_blas_note() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("libblas") != std::string::npos || line.find("openblas") != std::string::npos) {
+      std::printf("note: BLAS %s\n", line.substr(line.find('/')).c_str());
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// (1) Per-op overhead.
+// ---------------------------------------------------------------------------
+
+torch::Tensor apply(bench::TinyOp op, const torch::Tensor& x) {
+  switch (op) {
+    case bench::TinyOp::kAddScalar:
+      return torch::add(x, 1);
+    case bench::TinyOp::kMul:
+      return torch::mul(x, x);
+    case bench::TinyOp::kRelu:
+      return torch::relu(x);
+    case bench::TinyOp::kSum:
+      return torch::sum(x);
+    case bench::TinyOp::kMatmul:
+      return torch::matmul(x, x);
+  }
+  return {};
+}
+
+void run_ops() {
+  torch::NoGradGuard no_grad;
+  for (const bench::TinyOpCase& c : bench::tiny_op_cases()) {
+    torch::Tensor x = torch::full(c.shape, 0.5f);
+    bench::emit(c.key, bench::tiny_op_ns([&] {
+                  torch::Tensor y;
+                  for (int i = 0; i < bench::kTinyOpsPerLoop; ++i) y = apply(c.op, x);
+                  // Eager libtorch has finished by now; reading y keeps the loop honest.
+                  if (y.data_ptr<float>()[0] < 0) std::abort();
+                }));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// (2) sgemm.
+// ---------------------------------------------------------------------------
+
+void run_gemm() {
+  torch::NoGradGuard no_grad;
+  for (int n : bench::kGemmSizes) {
+    torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+    bench::emit("gflops_" + std::to_string(n), bench::gemm_gflops(n, [&] { torch::mm(a, b); }));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// (3) Training: tutorials/02_train_fashion_mnist.cpp's models in libtorch.
+// ---------------------------------------------------------------------------
+
+namespace nn = torch::nn;
+
+nn::Sequential make_cnn() {
+  return nn::Sequential(
+      nn::Conv2d(nn::Conv2dOptions(1, 32, 3).stride(1).padding(1)), nn::BatchNorm2d(32), nn::ReLU(),
+      nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(32, 64, 3).stride(1).padding(1)),
+      nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(64 * 7 * 7, 128),
+      nn::ReLU(), nn::Dropout(0.25), nn::Linear(128, 10));
+}
+
+nn::Sequential make_mlp() {
+  return nn::Sequential(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(), nn::Linear(256, 128),
+                        nn::ReLU(), nn::Linear(128, 10));
+}
+
+void run_train(const std::string& model_name, int steps) {
+  double start_rss = bench::proc_status_mib("VmRSS");
+  torch::manual_seed(0);
+  nn::Sequential model = model_name == "cnn" ? make_cnn() : make_mlp();
+  model->train();
+  torch::optim::Adam optimizer(model->parameters(),
+                               torch::optim::AdamOptions(bench::kLearningRate));
+  std::vector<torch::Tensor> images, labels;
+  for (bench::SyntheticBatch& batch : bench::synthetic_batches()) {
+    images.push_back(torch::from_blob(batch.images.data(),
+                                      {bench::kBatchSize, 1, bench::kImageSide, bench::kImageSide})
+                         .clone());
+    labels.push_back(
+        torch::from_blob(batch.labels.data(), {bench::kBatchSize}, torch::kInt64).clone());
+  }
+  torch::Tensor loss;
+  bench::run_training(
+      steps, start_rss,
+      [&](int i) {
+        loss = torch::nn::functional::cross_entropy(model->forward(images[i]), labels[i]);
+        optimizer.zero_grad();
+        loss.backward();
+        optimizer.step();
+      },
+      [&] { return loss.item<double>(); }, [] {});  // Eager libtorch has nothing pending.
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any op: intra-op work on 2 OpenMP threads, and an inter-op pool of
+  // one (it only serves torch::jit forks, which nothing here uses).
+  at::set_num_interop_threads(1);
+  at::set_num_threads(2);
+  print_blas_note();
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "ops") {
+    run_ops();
+  } else if (mode == "gemm") {
+    run_gemm();
+  } else if (mode == "train") {
+    std::string model = bench::flag(argc, argv, "--model", "mlp");
+    run_train(model, std::stoi(bench::flag(argc, argv, "--steps", "200")));
+  } else {
+    std::fprintf(stderr, "usage: torch_peer ops | gemm | train --model mlp|cnn --steps N\n");
+    return 2;
+  }
+  return 0;
+}
