@@ -47,10 +47,18 @@ TEST_P(EngineAllocationTest, PushAllocatesNothingInSteadyState) {
   ASSERT_EQ(allocations.load() - probe, 1) << "operator new is not being counted";
 
   push_round(20'000);  // Warm-up: pools and queues reach their working size.
-  int64_t before = allocations.load();
-  push_round(10'000);
-  int64_t during = allocations.load() - before;
-  EXPECT_LT(during, 100) << during << " heap allocations for 10^4 pushes";
+  // A pool grows only when the number of ops in flight reaches a new high,
+  // which a loaded machine (workers descheduled while the frontend pushes)
+  // can cause after the warm-up; it cannot keep happening. So steady state
+  // means: some round of 10^4 pushes allocates (almost) nothing.
+  int64_t during = 0;
+  for (int round = 0; round < 5; ++round) {
+    int64_t before = allocations.load();
+    push_round(10'000);
+    during = allocations.load() - before;
+    if (during < 100) break;
+  }
+  EXPECT_LT(during, 100) << during << " heap allocations for 10^4 pushes, in each of 5 rounds";
   RecordProperty("allocations", static_cast<int>(during));
 }
 
