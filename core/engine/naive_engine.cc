@@ -18,10 +18,9 @@ void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
   std::lock_guard lock(mu_);
   // Every input, including one that is also written (an in-place update).
   for (Var* var : reads) {
-    if (var->failure) {
+    if (std::shared_ptr<const Error> failure = var->failure()) {
       // An input is the output of a failed op: fail the same way, at once.
-      std::shared_ptr<const Error> failure = var->failure;
-      for (Var* written : writes) written->failure = failure;
+      for (Var* written : writes) written->set_failure(failure);
       throw Error(*failure);
     }
   }
@@ -35,14 +34,14 @@ void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
   }
   if (begin != 0)
     profiler::record(profiler::EventKind::kExecute, name, begin, profiler::now_ns(), 0);
-  for (Var* var : writes) var->failure = failure;
+  for (Var* var : writes) var->set_failure(failure);
   if (failure) throw Error(*failure);
 }
 
 void NaiveEngine::wait(Var* var) {
   refuse_wait_inside_op("wait()");
   std::lock_guard lock(mu_);
-  if (var->failure) throw Error(*var->failure);
+  if (std::shared_ptr<const Error> failure = var->failure()) throw Error(*failure);
 }
 
 void NaiveEngine::wait_all() { refuse_wait_inside_op("wait_all()"); }

@@ -44,10 +44,12 @@ void normalize_vars(OpRecord* op) {
 // passes that failure on.
 std::shared_ptr<const Error> failed_input(const OpRecord& op) {
   for (Var* var : op.reads) {
-    if (var->failure) return var->failure;
+    if (auto failure = var->failure()) return failure;
   }
   for (size_t i = 0; i < op.writes.size() && i < 64; ++i) {
-    if ((op.written_inputs >> i & 1) && op.writes[i]->failure) return op.writes[i]->failure;
+    if (op.written_inputs >> i & 1) {
+      if (auto failure = op.writes[i]->failure()) return failure;
+    }
   }
   return nullptr;
 }
@@ -167,7 +169,7 @@ OpRecord* ThreadedEngine::run(OpRecord* op, const RunContext& context) {
     }
   }
   // A successful write makes the var healthy again.
-  for (Var* var : op->writes) var->failure = failure;
+  for (Var* var : op->writes) var->set_failure(failure);
   return complete(op, &context.device);
 }
 
@@ -196,7 +198,7 @@ OpRecord* ThreadedEngine::complete(OpRecord* op, const Device* continue_on) {
 
 void ThreadedEngine::finish_wait(OpRecord* op) {
   WaitState* state = op->waiter;
-  state->failure = op->reads.front()->failure;
+  state->failure = op->reads.front()->failure();
   complete(op, nullptr);
   // The waiting thread may return (destroying `state`) as soon as it sees done.
   state->done.store(1, std::memory_order_release);
@@ -208,7 +210,7 @@ void ThreadedEngine::wait(Var* var) {
   int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
   std::shared_ptr<const Error> failure;
   if (var->readable_now()) {
-    failure = var->failure;
+    failure = var->failure();
   } else {
     WaitState state;
     OpRecord* op = OpPool::create();

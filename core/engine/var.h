@@ -19,6 +19,7 @@
 // held while an op runs, and the engine never holds two var locks at once.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -65,16 +66,31 @@ class Var {
   void mark_for_delete() { to_delete_ = true; }
 
   // The failure of the last op that wrote this var, or null if it succeeded.
-  // Only the running writer changes it, and readers see it after that write
-  // completed, so the var's lock already orders every access.
-  std::shared_ptr<const Error> failure;
+  // Only a running writer sets it, but a frontend that found the var readable
+  // may read it while a later write (pushed by another thread) already runs:
+  // so it has its own lock, which the common case (no failure before or
+  // after) never takes.
+  std::shared_ptr<const Error> failure() const {
+    if (!failed_.load(std::memory_order_acquire)) return nullptr;
+    std::lock_guard lock(failure_mu_);
+    return failure_;
+  }
+  void set_failure(std::shared_ptr<const Error> failure) {
+    if (!failure && !failed_.load(std::memory_order_relaxed)) return;
+    std::lock_guard lock(failure_mu_);
+    failure_ = std::move(failure);
+    failed_.store(failure_ != nullptr, std::memory_order_release);
+  }
 
   struct Block;  // One queued op; defined in var.cc.
 
  private:
   static constexpr int kWriteRunning = -1;
 
-  Spinlock mu_;            // See Note [Why spin] in core/spinlock.h.
+  Spinlock mu_;  // See Note [Why spin] in core/spinlock.h.
+  mutable Spinlock failure_mu_;
+  std::atomic<bool> failed_{false};
+  std::shared_ptr<const Error> failure_;
   int running_reads_ = 0;  // or kWriteRunning
   Block* tail_;            // Empty sentinel; the next op is attached here.
   Block* pending_write_ = nullptr;
