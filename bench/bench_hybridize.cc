@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/harness.h"
+#include "bench/tutorial_models.h"
 #include "core/engine/engine.h"
 #include "eager/autograd.h"
 #include "eager/hybridize.h"
@@ -89,24 +90,12 @@ void latency(const char* label, nn::Module& model, const Tensor& x, int repetiti
   model.hybridize(false);
 }
 
-std::shared_ptr<nn::Sequential> tutorial_cnn() {
-  return std::make_shared<nn::Sequential>(
-      nn::Conv2d(1, 32, 3, 1, 1), nn::BatchNorm2d(32), nn::ReLU(), nn::MaxPool2d(2),
-      nn::Conv2d(32, 64, 3, 1, 1), nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-      nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Dropout(0.25), nn::Linear(128, 10));
-}
-
-std::shared_ptr<nn::Sequential> tutorial_mlp() {
-  return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(),
-                                          nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, 10));
-}
-
 // Samples/s of `steps` training steps of the tutorial CNN (Adam, batch 128),
 // eager or through one hybridized step; the loss is read every 20 steps as
 // the tutorial does.
 double train_samples_per_s(bool hybridized, int steps, size_t* planned, size_t* unplanned) {
   manual_seed(1);
-  auto model = tutorial_cnn();
+  auto model = bench::make_tutorial_cnn();
   optim::Adam opt(model->parameters(), optim::AdamOptions{.lr = 1e-3});
   HybridFunction::Fn fn = [&](const std::vector<Tensor>& in) {
     opt.zero_grad();
@@ -181,9 +170,9 @@ int main(int argc, char** argv) {
   }
   {
     manual_seed(1);
-    auto mlp = tutorial_mlp();
+    auto mlp = bench::make_tutorial_mlp();
     latency("(c) MLP batch 1", *mlp, randn({1, 1, 28, 28}), reps);
-    auto cnn = tutorial_cnn();
+    auto cnn = bench::make_tutorial_cnn();
     latency("(c) CNN batch 1", *cnn, randn({1, 1, 28, 28}), reps);
   }
   fusion(reps);

@@ -24,30 +24,19 @@
 #include <vector>
 
 #include "bench/harness.h"
+#include "bench/tutorial_models.h"
 #include "tandem/tandem.h"
 
 namespace {
 
 using namespace tandem;
 
-// The tutorial's models, copied from tutorials/02_train_fashion_mnist.cpp.
-std::shared_ptr<nn::Module> make_cnn() {
-  return std::make_shared<nn::Sequential>(
-      nn::Conv2d(1, 32, 3, 1, 1), nn::BatchNorm2d(32), nn::ReLU(), nn::MaxPool2d(2),
-      nn::Conv2d(32, 64, 3, 1, 1), nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-      nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Dropout(0.25), nn::Linear(128, 10));
-}
-
-std::shared_ptr<nn::Module> make_mlp() {
-  return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(),
-                                          nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, 10));
-}
-
 // The child: trains one model and prints the result lines.
 void train_child(const std::string& model_name, int steps) {
   double start_rss = bench::proc_status_mib("VmRSS");
   manual_seed(0);
-  std::shared_ptr<nn::Module> model = model_name == "cnn" ? make_cnn() : make_mlp();
+  std::shared_ptr<nn::Module> model =
+      model_name == "cnn" ? bench::make_tutorial_cnn() : bench::make_tutorial_mlp();
   model->train();
   optim::Adam optimizer(model->parameters(), {.lr = bench::kLearningRate});
   std::vector<Tensor> images, labels;

@@ -1,0 +1,27 @@
+// The models of tutorials/02_train_fashion_mnist.cpp, for the benchmarks that
+// measure them (bench_train, bench_hybridize). The tutorial keeps its own
+// copy, written to be read; these must stay the same architecture.
+#pragma once
+
+#include <memory>
+
+#include "tandem/tandem.h"
+
+namespace bench {
+
+// Two conv blocks and a classifier: ~0.4M parameters.
+inline std::shared_ptr<tandem::nn::Module> make_tutorial_cnn() {
+  namespace nn = tandem::nn;
+  return std::make_shared<nn::Sequential>(
+      nn::Conv2d(1, 32, 3, 1, 1), nn::BatchNorm2d(32), nn::ReLU(), nn::MaxPool2d(2),
+      nn::Conv2d(32, 64, 3, 1, 1), nn::BatchNorm2d(64), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+      nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Dropout(0.25), nn::Linear(128, 10));
+}
+
+inline std::shared_ptr<tandem::nn::Module> make_tutorial_mlp() {
+  namespace nn = tandem::nn;
+  return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(),
+                                          nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, 10));
+}
+
+}  // namespace bench
