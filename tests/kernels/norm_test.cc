@@ -213,15 +213,6 @@ TANDEM_OP_TEST_ROWS(norm) {
   return rows;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 // Verifies that batch_norm names mismatched parameter shapes and bad eps.
 TEST(BatchNormTest, BadArgumentsAreNamed) {
   Tensor x = random_tensor({2, 3, 4}, 1);

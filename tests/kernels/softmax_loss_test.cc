@@ -195,15 +195,6 @@ TANDEM_OP_TEST_ROWS(softmax_loss) {
   return rows;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 // Verifies that an out-of-range target fails the op at run time, and reading
 // the loss throws an error naming cross_entropy, the sample and the classes.
 TEST(CrossEntropyTest, TargetOutOfRangeThrowsWhenRead) {
