@@ -1,6 +1,7 @@
 #include "kernels/attrs.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "core/error.h"
 
@@ -106,6 +107,20 @@ std::string Attrs::to_string() const {
     text += str_cat(i ? ", " : "", items_[i].first, "=", attr_to_string(items_[i].second));
   }
   return text + "}";
+}
+
+bool operator==(const Attrs& a, const Attrs& b) {
+  auto same = [](const AttrValue& x, const AttrValue& y) {
+    if (x.index() != y.index()) return false;
+    if (const auto* dx = std::get_if<double>(&x)) {
+      return std::bit_cast<uint64_t>(*dx) == std::bit_cast<uint64_t>(std::get<double>(y));
+    }
+    return x == y;
+  };
+  return std::equal(a.items_.begin(), a.items_.end(), b.items_.begin(), b.items_.end(),
+                    [&](const auto& p, const auto& q) {
+                      return p.first == q.first && same(p.second, q.second);
+                    });
 }
 
 }  // namespace tandem::kernels

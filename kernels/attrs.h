@@ -52,7 +52,9 @@ class Attrs {
   // "{axes=[0, 2], keepdims=true}"
   std::string to_string() const;
 
-  friend bool operator==(const Attrs& a, const Attrs& b) { return a.items_ == b.items_; }
+  // Exact equality: floats compare by their bits, so a NaN attribute equals
+  // itself (a graph holding one still verifies) and -0.0 differs from 0.0.
+  friend bool operator==(const Attrs& a, const Attrs& b);
 
  private:
   template <class T>

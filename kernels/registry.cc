@@ -64,7 +64,7 @@ Attrs resolve_attrs(const OpDef& op, const Attrs& given) {
   Attrs resolved;
   for (const auto& [name, value] : given.items()) {
     auto spec = std::find_if(op.attrs.begin(), op.attrs.end(),
-                             [&](const AttrSpec& s) { return s.name == name; });
+                             [&name = name](const AttrSpec& s) { return s.name == name; });
     if (spec == op.attrs.end()) {
       std::string known;
       for (const AttrSpec& s : op.attrs) known += str_cat(known.empty() ? "" : ", ", s.name);
