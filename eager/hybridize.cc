@@ -633,6 +633,38 @@ const HybridFunction::Stats& HybridFunction::stats() const { return impl_->stats
 const trace::Executor* HybridFunction::last_executor() const { return impl_->last_executor; }
 const HybridizeOptions& HybridFunction::options() const { return impl_->options; }
 
+void HybridFunction::export_model(const std::string& path,
+                                  absl::Span<const std::pair<std::string, Tensor>> names,
+                                  const ExportOptions& options) const {
+  const Impl& s = *impl_;
+  TANDEM_CHECK(!s.cache.empty(), "export_model('", path, "'): '", s.options.name,
+               "' has not been called yet; call it once so that there is a graph to export");
+  const CachedGraph& graph = s.cache.front();
+  TANDEM_CHECK(graph.state_writes.empty() && graph.grad_writes.empty() && !graph.backward,
+               "export_model('", path, "'): the graph of '", s.options.name,
+               "' updates state or computes gradients, which a loaded model cannot do; export ",
+               "an inference function (call it under NoGradGuard, modules in eval mode)");
+  // A state input is named by the tensor whose data it is.
+  auto same_data = [](const Tensor& a, const Tensor& b) {
+    return a.storage() == b.storage() && a.byte_offset() == b.byte_offset() &&
+           a.shape() == b.shape() && a.dtype() == b.dtype();
+  };
+  std::vector<serialization::StateInput> state;
+  for (const CachedGraph::Binding& b : graph.bindings) {
+    if (b.kind == CachedGraph::Binding::kData) continue;
+    TANDEM_INTERNAL_ASSERT(b.kind == CachedGraph::Binding::kState,
+                           "an inference graph reads a gradient");
+    std::string name = str_cat("state", state.size());
+    for (const auto& [candidate, tensor] : names) {
+      if (same_data(tensor, b.handle)) name = candidate;
+    }
+    state.push_back({std::move(name), b.handle,
+                     b.handle.requires_grad() ? serialization::InputRole::kParameter
+                                              : serialization::InputRole::kBuffer});
+  }
+  serialization::export_graph(path, graph.executor->graph(), state, options);
+}
+
 HybridFunction hybridize(HybridFunction::Fn fn, HybridizeOptions options) {
   return HybridFunction(std::move(fn), std::move(options));
 }

@@ -37,9 +37,13 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/types/span.h"
+
 #include "core/tensor.h"
+#include "serialization/model.h"
 #include "trace/executor.h"
 
 namespace tandem {
@@ -102,6 +106,16 @@ class HybridFunction {
   // the first call. For inspection: graph(), memory_plan().
   const trace::Executor* last_executor() const;
   const HybridizeOptions& options() const;
+
+  // Writes the graph of the most recent call as `path`.json and
+  // `path`.params (serialization/model.h), for tandem::load in a program
+  // without this code. The graph must compute outputs only (no state updates
+  // or gradients: trace an inference function). Its state inputs are named
+  // from `names` (a tensor matched by its data) and otherwise "state<k>";
+  // parameters are those that require grad, the rest buffers.
+  void export_model(const std::string& path,
+                    absl::Span<const std::pair<std::string, Tensor>> names = {},
+                    const ExportOptions& options = {}) const;
 
  private:
   struct Impl;

@@ -16,12 +16,14 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 
 # Everything the project builds against, now or soon (oneDNN and nlohmann-json are installed
 # ahead of the modules that use them so that adding those modules needs no CI change).
-# clang + libclang-rt give a second compiler with its own sanitizer runtimes.
+# clang-16 + libclang-rt-16-dev + libomp-16-dev build the fuzz targets (libFuzzer, clang's
+# sanitizer runtimes, clang's omp.h); clang 16 because Debian's clang 14 lacks
+# __builtin_source_location, which std::source_location needs.
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   libdnnl-dev nlohmann-json3-dev
-  clang-format clang libclang-rt-14-dev
+  clang-format clang-16 libclang-rt-16-dev libomp-16-dev
   dataset-fashion-mnist
 )
 
@@ -36,19 +38,28 @@ usage() {
 usage: tools/tandem.sh <command> [args]
 
   deps            install the Debian packages the project needs (only those missing)
-  build [preset]  configure if needed and build; preset: release (default), asan, tsan
+  build [preset]  configure if needed and build; preset: release (default), asan, tsan, fuzz
                     release -> build/release   optimized, everything
                     asan    -> build/asan      ASan+UBSan, Debug -O1, no benchmarks
                     tsan    -> build/tsan      TSan, Debug -O1, only engine_tests
+                    fuzz    -> build/fuzz      clang-16 libFuzzer+ASan+UBSan, Debug -O1,
+                                               only the loaders' fuzz targets (tests/fuzz)
   demo [args]     build release and train the Fashion-MNIST CNN (tutorials/02_train_fashion_mnist)
   test            the full CI suite: release+ctest, check-format, install+consumer,
-                  asan+ctest, tsan+ctest (engine label); prints a timed summary
+                  asan+ctest, fuzz (each loader target for TANDEM_FUZZ_SECONDS),
+                  tsan+ctest (engine label); prints a timed summary
+  fuzz [target] [seconds]
+                  build the fuzz preset and fuzz one loader (graph_json, params, npy;
+                  default all) for SECONDS each (default TANDEM_FUZZ_SECONDS or 60); the
+                  corpus grows in build/fuzz/corpus/<target>, findings land in
+                  build/fuzz/findings/<target> (tests/fuzz/README.md)
   bench [args]    install the libtorch peer's packages, build release and run every
                   build/release/bench/bench_* with args (figures: bench/README.md)
   format          rewrite all sources with clang-format
   help            this text
 
-environment: TANDEM_JOBS (build parallelism, default 2), TANDEM_CUDA (AUTO|ON|OFF, default AUTO)
+environment: TANDEM_JOBS (build parallelism, default 2), TANDEM_CUDA (AUTO|ON|OFF, default AUTO),
+             TANDEM_FUZZ_SECONDS (time per fuzz target in `test` and `fuzz`, default 60)
 EOF
 }
 
@@ -99,8 +110,23 @@ configure() {
     tsan)
       args+=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1"
              -DTANDEM_SANITIZE=thread -DTANDEM_BUILD_BENCH=OFF -DTANDEM_BUILD_TUTORIALS=OFF) ;;
+    fuzz)
+      # libFuzzer is clang's. The project enables only CXX; CC is set too so that a later C
+      # language or a C check never mixes gcc objects into the instrumented build. CUDA off: the
+      # loaders never touch a device.
+      # OpenMP pragmas are compiled out (the OpenMP_CXX_* values stand in for -fopenmp): clang 16
+      # refuses some C++20 in OpenMP mode that gcc accepts (a lambda capturing a structured
+      # binding), the loaders run no parallel loop, and one thread makes findings reproducible.
+      # parallel_for's omp_* calls (clang's omp.h, from libomp-16-dev) then link gcc's libgomp,
+      # the runtime Debian's oneDNN loads anyway.
+      args+=(--no-warn-unused-cli -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16
+             -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" -DTANDEM_SANITIZE=fuzzer
+             -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF -DTANDEM_BUILD_TUTORIALS=OFF
+             -DTANDEM_CUDA=OFF -DOpenMP_CXX_FLAGS=-Wno-source-uses-openmp
+             -DOpenMP_CXX_LIB_NAMES=gomp "-DOpenMP_gomp_LIBRARY=$(g++ -print-file-name=libgomp.so)")
+      ;;
     *)
-      echo "tandem.sh: unknown preset '$preset' (release, asan, tsan)" >&2
+      echo "tandem.sh: unknown preset '$preset' (release, asan, tsan, fuzz)" >&2
       return 2 ;;
   esac
   log "configuring $preset in $dir"
@@ -128,6 +154,9 @@ cmd_build() {
     # Only the engine is threaded enough to be worth TSan's cost. The build runs under tsan_wrap
     # because gtest_discover_tests executes the instrumented binary at build time.
     tsan_wrap cmake --build "$dir" -j "$JOBS" --target engine_tests
+  elif [[ "$preset" == fuzz ]]; then
+    # The fuzz targets and what they link (core, kernels, trace, serialization), nothing else.
+    cmake --build "$dir" -j "$JOBS" --target fuzz_targets
   else
     cmake --build "$dir" -j "$JOBS"
   fi
@@ -155,6 +184,87 @@ cmd_bench() {
     "$b" "$@"
   done
   ((found)) || echo "no benchmarks in build/release/bench/"
+}
+
+# ---------------------------------------------------------------------------------------------
+# fuzz: the loaders' libFuzzer targets (tests/fuzz/README.md)
+# ---------------------------------------------------------------------------------------------
+FUZZ_TARGETS=(graph_json params npy)
+
+# fuzz_seed_ext TARGET: the extension of the golden files (tests/data/golden) that seed it.
+fuzz_seed_ext() {
+  case "$1" in
+    graph_json) echo json ;;
+    params) echo params ;;
+    npy) echo npy ;;
+  esac
+}
+
+# fuzz_run TARGET SECONDS WORKDIR: fuzzes TARGET for SECONDS, starting from the corpus in WORKDIR
+# (where new inputs are written), tests/fuzz/corpus/TARGET and the matching golden files (read
+# only). Fails on any finding (crash, sanitizer report, leak, timeout, OOM) and keeps the input in
+# build/fuzz/findings/TARGET.
+fuzz_run() {
+  local target="$1" seconds="$2" work="$3"
+  local bin findings golden ext rc f
+  bin="$(preset_dir fuzz)/tests/fuzz/fuzz_$target"
+  findings="$ROOT/$(preset_dir fuzz)/findings/$target"
+  golden="$(mktemp -d "${TMPDIR:-/tmp}/tandem-fuzz-golden.XXXXXX")"
+  ext="$(fuzz_seed_ext "$target")"
+  # libFuzzer takes folders, and the golden folder mixes kinds: copy the ones for this target.
+  for f in tests/data/golden/*."$ext"; do
+    if [[ -f "$f" ]]; then cp "$f" "$golden/"; fi
+  done
+  mkdir -p "$work" "$findings"
+  # -print_funcs=0: no line per newly covered function (hundreds, in a CI log).
+  local args=(-max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
+              -max_len=65536 -print_final_stats=1 -print_funcs=0 -artifact_prefix="$findings/")
+  [[ -f "tests/fuzz/$target.dict" ]] && args+=(-dict="tests/fuzz/$target.dict")
+  log "fuzzing $target for ${seconds}s (seeds: tests/fuzz/corpus/$target," \
+      "$(find "$golden" -type f | wc -l) golden files)"
+  # clang's sanitizer runtimes symbolize stacks with an outside program: llvm-symbolizer where
+  # one is installed (package llvm-16), else binutils' addr2line, which they can drive too.
+  local symbolizer
+  symbolizer="$(command -v llvm-symbolizer-16 || command -v addr2line || true)"
+  set +e
+  # The outer timeout only catches a fuzzer that stops honouring -max_total_time.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ASAN_SYMBOLIZER_PATH="$symbolizer" UBSAN_SYMBOLIZER_PATH="$symbolizer" \
+    timeout --signal=KILL $((seconds + 120)) \
+    "$bin" "${args[@]}" "$work" "tests/fuzz/corpus/$target" "$golden"
+  rc=$?
+  set -e
+  rm -rf "$golden"
+  if ((rc != 0)); then
+    echo "fuzz_$target: FAILED (exit $rc); the input that failed is in $findings:" >&2
+    for f in "$findings"/*; do
+      [[ -f "$f" ]] || continue
+      echo "  $f ($(stat -c %s "$f") bytes); reproduce: $bin $f" >&2
+      # A CI log may be all that is left of the run: small inputs are printed whole.
+      if (($(stat -c %s "$f") <= 4096)); then echo "  base64: $(base64 -w0 "$f")" >&2; fi
+    done
+    echo "  keep it as a regression seed: cp <file> tests/fuzz/corpus/$target/" >&2
+  fi
+  return "$rc"
+}
+
+cmd_fuzz() {
+  local only="${1:-}" seconds="${2:-${TANDEM_FUZZ_SECONDS:-60}}" t failed=0
+  local targets=("${FUZZ_TARGETS[@]}")
+  if [[ -n "$only" && "$only" != all ]]; then
+    if [[ ! " ${FUZZ_TARGETS[*]} " == *" $only "* ]]; then
+      echo "tandem.sh: unknown fuzz target '$only' (${FUZZ_TARGETS[*]}, all)" >&2
+      return 2
+    fi
+    targets=("$only")
+  fi
+  cmd_build fuzz
+  # A developer's corpus persists between runs (minimize it with -merge=1 before committing any).
+  for t in "${targets[@]}"; do
+    fuzz_run "$t" "$seconds" "$ROOT/$(preset_dir fuzz)/corpus/$t" || failed=1
+  done
+  return "$failed"
 }
 
 cmd_format() {
@@ -196,6 +306,20 @@ step_asan() {
   ctest --test-dir build/asan --output-on-failure -j "$JOBS"
 }
 
+# Each loader's fuzz target for TANDEM_FUZZ_SECONDS (60 s) from the committed seeds and the golden
+# files, in a scratch corpus; every target runs even when one fails.
+step_fuzz() {
+  local t failed=0 work
+  cmd_build fuzz
+  rm -rf "$(preset_dir fuzz)/findings"
+  for t in "${FUZZ_TARGETS[@]}"; do
+    work="$(mktemp -d "${TMPDIR:-/tmp}/tandem-fuzz-$t.XXXXXX")"
+    fuzz_run "$t" "${TANDEM_FUZZ_SECONDS:-60}" "$work" || failed=1
+    rm -rf "$work"
+  done
+  return "$failed"
+}
+
 step_tsan() {
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   cmd_build tsan
@@ -203,7 +327,7 @@ step_tsan() {
 }
 
 cmd_test() {
-  local steps=(release format consumer asan tsan)
+  local steps=(release format consumer asan fuzz tsan)
   local -a names=() results=() times=()
   local s start rc failed=0 total_start=$SECONDS
   cmd_deps
@@ -240,6 +364,7 @@ main() {
     build) cmd_build "$@" ;;
     demo) cmd_demo "$@" ;;
     test) cmd_test ;;
+    fuzz) cmd_fuzz "$@" ;;
     bench) cmd_bench "$@" ;;
     format) cmd_format ;;
     help | -h | --help) usage ;;

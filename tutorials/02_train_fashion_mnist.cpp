@@ -9,7 +9,7 @@
 //   build/release/tutorials/02_train_fashion_mnist --model mlp     # MLP, 10 epochs, ~89%, ~25 s
 //   build/release/tutorials/02_train_fashion_mnist --quick         # a smoke run (what CI does)
 //   build/release/tutorials/02_train_fashion_mnist --hybridize     # the training step as a graph
-//   flags: --epochs N --batch-size B --lr X --seed S
+//   flags: --epochs N --batch-size B --lr X --seed S --export PATH
 //
 // Steps:
 //   1. Load the data set (Debian's dataset-fashion-mnist, installed by
@@ -17,6 +17,10 @@
 //   2. Build the model from nn layers.
 //   3. Train: forward, loss, backward, optimizer step; print progress.
 //   4. Evaluate on the test set.
+//   5. Export the trained model (PATH.json + PATH.params, default
+//      fashion_mnist_<model>) and a few test images as .npy files, for
+//      tutorials/04_deploy.cpp and tools/tandem-run, which need none of this
+//      code to run it.
 #include <unistd.h>
 
 #include <chrono>
@@ -41,6 +45,7 @@ struct Flags {
   uint64_t seed = 0;
   bool quick = false;
   bool hybridize = false;
+  std::string export_path;  // Empty: fashion_mnist_<model>.
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -65,14 +70,17 @@ Flags parse_flags(int argc, char** argv) {
       flags.quick = true;
     } else if (arg == "--hybridize") {
       flags.hybridize = true;
+    } else if (arg == "--export") {
+      flags.export_path = value();
     } else {
       TANDEM_CHECK(false, "unknown flag '", arg,
                    "'; expected --model cnn|mlp, --epochs, --batch-size, --lr, --seed, --quick, "
-                   "--hybridize");
+                   "--hybridize, --export PATH");
     }
   }
   TANDEM_CHECK(flags.model == "cnn" || flags.model == "mlp", "--model must be cnn or mlp");
   if (flags.epochs == 0) flags.epochs = flags.model == "cnn" ? 3 : 10;
+  if (flags.export_path.empty()) flags.export_path = "fashion_mnist_" + flags.model;
   TANDEM_CHECK(flags.epochs > 0 && flags.batch_size > 0 && flags.lr > 0,
                "--epochs, --batch-size and --lr must be positive");
   return flags;
@@ -220,6 +228,18 @@ int main(int argc, char** argv) try {
   double accuracy = static_cast<double>(correct) / test_loader.num_rows();
   std::printf("test accuracy: %.2f%% (%lld / %lld)\n", 100 * accuracy,
               static_cast<long long>(correct), static_cast<long long>(test_loader.num_rows()));
+
+  // 5. Export: hybridize the model, call it once (the export traces it at
+  // that shape; the batch dimension stays free), and write the graph and
+  // weights. The first 100 test images go beside them as NumPy files.
+  data::Batch samples = prepare({test.images.slice(0, 100), test.labels.slice(0, 100)});
+  model->hybridize();
+  (*model)(samples[0]);
+  model->export_model(flags.export_path);
+  serialization::write_npy(flags.export_path + "_images.npy", samples[0]);
+  serialization::write_npy(flags.export_path + "_labels.npy", samples[1]);
+  std::printf("exported %s.json, %s.params and 100 test images (%s_images.npy, _labels.npy)\n",
+              flags.export_path.c_str(), flags.export_path.c_str(), flags.export_path.c_str());
   engine::current().wait_all();  // Finish the last updates before the process exits.
   return 0;
 } catch (const tandem::Error& e) {

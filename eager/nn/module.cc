@@ -2,11 +2,13 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_join.h"
 
 #include "core/error.h"
 #include "eager/autograd.h"
+#include "eager/ops.h"
 
 namespace tandem::nn {
 namespace {
@@ -36,7 +38,39 @@ Tensor Module::operator()(const Tensor& x) {
         [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{forward(in[0])}; },
         std::move(options));
   }
+  hybrid_.last_input_shape = x.shape();
+  hybrid_.last_input_dtype = x.dtype();
+  hybrid_.called = true;
   return (*hybrid_.function)({x}, training_ ? 1 : 0)[0];
+}
+
+void Module::export_model(const std::string& path, const ExportOptions& options) {
+  TANDEM_CHECK(hybrid_.on, type_name(), ".export_model('", path,
+               "'): call hybridize() first; the export writes the traced graph");
+  TANDEM_CHECK(hybrid_.called, type_name(), ".export_model('", path,
+               "'): call the hybridized module once first; the export traces it at that "
+               "input's shape");
+  // An inference trace of its own, whatever mode the module is in.
+  const bool was_training = training_;
+  absl::Cleanup restore_mode = [&] { train(was_training); };
+  eval();
+  HybridizeOptions inference_options = hybrid_.options;
+  if (inference_options.name == HybridizeOptions().name) inference_options.name = type_name();
+  inference_options.inference = true;
+  inference_options.differentiable = false;
+  inference_options.verify = false;
+  inference_options.strict = false;
+  HybridFunction inference(
+      [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{forward(in[0])}; },
+      std::move(inference_options));
+  {
+    NoGradGuard no_grad;
+    const auto dims = hybrid_.last_input_shape.dims();
+    inference({zeros(std::vector<int64_t>(dims.begin(), dims.end()), hybrid_.last_input_dtype)});
+  }
+  NamedTensors names = named_parameters();
+  for (auto& buffer : named_buffers()) names.push_back(std::move(buffer));
+  inference.export_model(path, names, options);
 }
 
 void Module::hybridize(bool on, HybridizeOptions options) {

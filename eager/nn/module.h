@@ -166,6 +166,16 @@ class Module {
   // first hybridized call.
   const HybridFunction* hybrid_forward() const { return hybrid_.function.get(); }
 
+  // Writes the model's inference graph and weights as `path`.json and
+  // `path`.params, for tandem::load (serialization/model.h) in a program
+  // without this code. Needs hybridize() and one call since, whose input
+  // shape the export traces at (dimension 0 stays free unless options say
+  // otherwise). The trace runs in eval mode without gradients, so batch norm
+  // uses its running statistics and folds into the convolution before it;
+  // the module's mode is restored afterwards. Parameters and buffers keep
+  // their state_dict names.
+  void export_model(const std::string& path, const ExportOptions& options = {});
+
   // A multi-line summary in PyTorch's style:
   //   Sequential(
   //     (0): Linear(in_features=2, out_features=8, bias=true)
@@ -191,12 +201,17 @@ class Module {
     bool on = false;
     HybridizeOptions options;
     std::unique_ptr<HybridFunction> function;
+    // The shape and dtype of the last hybridized call's input (export traces there).
+    Shape last_input_shape;
+    DType last_input_dtype = DType::kFloat32;
+    bool called = false;
     HybridState() = default;
     HybridState(HybridState&& other) noexcept : on(other.on), options(std::move(other.options)) {}
     HybridState& operator=(HybridState&& other) noexcept {
       on = other.on;
       options = std::move(other.options);
       function.reset();
+      called = false;
       return *this;
     }
   };

@@ -1,6 +1,6 @@
 // nn modules: parameter names and shapes, forward shapes and values against
 // hand computations, train/eval behaviour, initializers, state dicts and
-// their file format (every malformed-file error).
+// checkpoint files.
 #include "eager/nn/nn.h"
 
 #include <cmath>
@@ -452,7 +452,7 @@ TEST(NnStateDictTest, SaveLoadRoundTrip) {
   Net trained;
   for (int i = 0; i < 3; ++i) trained.forward(randn({4, 1, 4, 4}));  // Moves running stats.
   trained.eval();
-  const std::string path = temp_path("tandem_nn_roundtrip.tsd");
+  const std::string path = temp_path("tandem_nn_roundtrip.params");
   trained.save(path);
 
   manual_seed(2);
@@ -533,74 +533,26 @@ TEST(NnStateDictTest, LoadMismatchErrors) {
   expect_error([&] { good.at("nope"); }, {"no entry 'nope'"});
 }
 
-// Byte layout helpers for hand-made files (see Note [State dict file format]).
-std::string u64(uint64_t v) {
-  std::string s;
-  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  return s;
-}
-std::string u32(uint32_t v) { return u64(v).substr(0, 4); }
-
-// One float32 tensor "w" of shape [2] holding {1, 2}: 8 + 8 + 8 + 1 + 1 + 4 + 8 + 8 + 8 bytes.
-std::string one_tensor_file() {
-  float values[2] = {1, 2};
-  return "TNDMSD01" + u64(1) + u64(1) + "w" + std::string(1, '\0') + u32(1) + u64(2) + u64(8) +
-         std::string(reinterpret_cast<const char*>(values), 8);
-}
-
-// Verifies that the writer produces exactly the documented layout.
-TEST(NnStateDictTest, FileLayoutIsAsDocumented) {
-  nn::StateDict state;
-  state.insert("w", Tensor::from_vector<float>({1, 2}, {2}));
-  const std::string path = temp_path("tandem_nn_layout.tsd");
-  nn::write_state_dict(path, state);
-  EXPECT_EQ(read_bytes(path), one_tensor_file());
-  // No temporary file is left beside it.
-  int siblings = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path())) {
-    siblings += entry.path().string().rfind(path + ".tmp", 0) == 0;
-  }
-  EXPECT_EQ(siblings, 0);
+// Verifies that a bad checkpoint surfaces through Module::load as the params
+// reader's error (serialization/params.h; every malformed-file case is tested
+// in tests/serialization/params_test.cc), and that the model keeps its values.
+TEST(NnStateDictTest, LoadOfABadFileNamesFileAndOffset) {
+  Net net;
+  const auto weight = net.head->weight().to_vector<float>();
+  const std::string path = temp_path("tandem_nn_bad.params");
+  net.save(path);
+  const std::string good = read_bytes(path);
+  write_bytes(path, good.substr(0, good.size() - 1));
+  expect_error([&] { net.load(path); },
+               {"params file '" + path + "'", "truncated: tensor 'head.bias' needs bytes up to",
+                "byte offset"});
+  EXPECT_EQ(net.head->weight().to_vector<float>(), weight);
+  write_bytes(path, "TNDMSD01" + good.substr(8));
+  expect_error([&] { net.load(path); }, {path, "old TNDMSD01 format", "byte offset 0"});
   std::filesystem::remove(path);
-}
-
-// Verifies every malformed-file error: each names the file and a byte offset.
-TEST(NnStateDictTest, BadFilesThrowNamingFileAndOffset) {
-  const std::string path = temp_path("tandem_nn_bad.tsd");
-  auto expect_bad = [&](const std::string& bytes, std::vector<std::string> parts) {
-    write_bytes(path, bytes);
-    parts.push_back(path);
-    expect_error([&] { nn::read_state_dict(path); }, parts);
-  };
-  const std::string good = one_tensor_file();
-  write_bytes(path, good);
-  EXPECT_EQ(nn::read_state_dict(path).at("w").to_vector<float>(), std::vector<float>({1, 2}));
-
-  // Every truncation is caught with the offset where the data ran out.
-  for (size_t n = 0; n < good.size(); ++n) {
-    expect_bad(good.substr(0, n), {"truncated", "byte offset"});
-  }
-  expect_bad("TNDMSD02" + good.substr(8), {"bad magic", "byte offset 0"});
-  expect_bad(good + "x", {"1 unexpected bytes after the last of 1 tensors", "byte offset 54"});
-  expect_bad("TNDMSD01" + u64(1000000) + good.substr(16),
-             {"tensor count 1000000", "byte offset 16"});
-  expect_bad("TNDMSD01" + u64(1) + u64(0) + good.substr(24), {"name length 0", "byte offset 24"});
-  expect_bad("TNDMSD01" + u64(1) + u64(1u << 20) + good.substr(24), {"name length 1048576"});
-  std::string bad_dtype = good;
-  bad_dtype[25] = 9;
-  expect_bad(bad_dtype, {"unknown dtype code 9", "byte offset 25"});
-  expect_bad(good.substr(0, 26) + u32(65) + good.substr(30), {"rank 65", "byte offset 30"});
-  expect_bad(good.substr(0, 30) + u64(~uint64_t{0}) + good.substr(38), {"negative dimension"});
-  expect_bad(good.substr(0, 30) + u64(uint64_t{1} << 62) + good.substr(38), {"too large"});
-  expect_bad(good.substr(0, 38) + u64(12) + good.substr(46),
-             {"declares 12 bytes, expected 8", "byte offset 46"});
-  const std::string entry = good.substr(16);
-  expect_bad("TNDMSD01" + u64(2) + entry + entry, {"duplicate tensor name 'w'", "byte offset 62"});
-  std::filesystem::remove(path);
-  expect_error([&] { nn::read_state_dict(path); }, {"cannot open", path});
-  expect_error([&] { nn::write_state_dict("/nonexistent-dir/x.tsd", nn::StateDict()); },
-               {"cannot write", "/nonexistent-dir/x.tsd"});
+  expect_error([&] { net.load(path); }, {"cannot open", path});
+  expect_error([&] { net.save("/nonexistent-dir/x.params"); },
+               {"cannot write", "/nonexistent-dir/x.params"});
 }
 
 }  // namespace

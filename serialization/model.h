@@ -1,0 +1,101 @@
+// Export and load: a traced model as two files, and back as a runnable model
+// in a program that has none of the model's code.
+//
+//   net->hybridize();
+//   net->forward(x);                         // traces
+//   net->export_model("cnn");                // writes cnn.json and cnn.params
+//
+//   // Elsewhere, linking only core, kernels, trace and serialization:
+//   tandem::LoadedModel model = tandem::load("cnn.json");
+//   std::vector<Tensor> y = model.run({images});   // any batch size
+//
+// The graph file holds the optimized inference graph (serialization/
+// FORMAT.md); the params file, every parameter, buffer and folded constant.
+// Loading checks both files completely before anything runs (a bad file is a
+// tandem::Error naming the file, the place and the problem), turns the
+// parameters into constants of the graph, runs the inference passes (batch
+// norm folded into the convolution weights, and so on) and builds the
+// executor. A new batch size on the dynamic batch dimension re-infers the
+// graph's shapes and plans it again (a few cached per model).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+
+#include "core/tensor.h"
+#include "serialization/graph_file.h"
+#include "trace/graph.h"
+
+namespace tandem {
+
+struct ExportOptions {
+  // Dimension 0 of every data input is the batch; a loaded model accepts any
+  // size there. Off: the loaded model takes exactly the traced shapes.
+  bool dynamic_batch = true;
+};
+
+namespace serialization {
+
+// What the exporter knows about one kState input of the graph.
+struct StateInput {
+  std::string name;
+  Tensor tensor;
+  InputRole role = InputRole::kParameter;
+};
+
+// Writes `path`.json and `path`.params for `graph`, whose kState inputs are
+// `state` (in order), and whose kConstant inputs are written as constant
+// params. The graph must have no state writes of its own (an inference graph).
+// The params file is written first, then the graph file, each atomically.
+void export_graph(const std::string& path, const trace::Graph& graph,
+                  absl::Span<const StateInput> state, const ExportOptions& options = {});
+
+}  // namespace serialization
+
+// A model loaded from a graph file and its params file.
+class LoadedModel {
+ public:
+  struct TensorSpec {
+    std::string name;
+    DType dtype = DType::kFloat32;
+    Shape shape;  // As exported; dimension 0 varies where dynamic_batch.
+    bool dynamic_batch = false;
+  };
+
+  LoadedModel();
+  ~LoadedModel();
+  LoadedModel(LoadedModel&&) noexcept;
+  LoadedModel& operator=(LoadedModel&&) noexcept;
+
+  // Runs the model on one tensor per data input, in the order of inputs().
+  // Throws tandem::Error naming the input whose dtype, rank or size differs
+  // from the signature. Returns one tensor per output, without waiting.
+  // Safe to call from several threads.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs,
+                          std::source_location where = std::source_location::current()) const;
+
+  const std::vector<TensorSpec>& inputs() const;
+  const std::vector<TensorSpec>& outputs() const;
+  // The graph and manifest as the file states them.
+  const serialization::GraphFile& file() const;
+  // Writes the model again (`path`.json and `path`.params): the same bytes
+  // the files it was loaded from hold, when Tandem wrote them.
+  void export_model(const std::string& path) const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+  friend LoadedModel load(const std::string& path);
+};
+
+// Loads `path` (a graph file; ".json" is appended if `path` has no such
+// file) and the params file it names, which must lie in the same folder.
+LoadedModel load(const std::string& path);
+
+}  // namespace tandem

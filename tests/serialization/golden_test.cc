@@ -1,0 +1,98 @@
+// Golden files: models exported by an earlier Tandem (tests/data/golden),
+// which every later version must still load and run to the same outputs.
+// The format may only grow in ways these files survive (a new minor
+// version); changing them means a new major version.
+//
+// To add files for a new format version (never to overwrite old ones):
+//   TANDEM_WRITE_GOLDEN=1 build/release/tests/serialization_tests --gtest_filter='Golden*'
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "serialization/model.h"
+#include "serialization/npy.h"
+#include "tandem/tandem.h"
+#include "tests/serialization/test_util.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ScratchDir;
+
+const fs::path kGoldenDir = fs::path(TANDEM_TEST_DATA_DIR) / "golden";
+
+struct Golden {
+  std::string name;  // Files: <name>.json, .params, _input.npy, _output.npy.
+  std::shared_ptr<nn::Module> (*make)();
+  std::vector<int64_t> input_shape;
+};
+
+std::shared_ptr<nn::Module> small_cnn() {
+  return std::make_shared<nn::Sequential>(nn::Conv2d(1, 4, 3, 1, 1), nn::BatchNorm2d(4), nn::ReLU(),
+                                          nn::MaxPool2d(2), nn::Flatten(),
+                                          nn::Linear(4 * 4 * 4, 10));
+}
+
+std::shared_ptr<nn::Module> small_mlp() {
+  return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(16, 8), nn::GELU(),
+                                          nn::Linear(8, 3));
+}
+
+void PrintTo(const Golden& golden, std::ostream* out) { *out << golden.name; }
+
+const std::vector<Golden>& goldens() {
+  static const std::vector<Golden> all = {
+      {"cnn_v1_0", small_cnn, {2, 1, 8, 8}},
+      {"mlp_v1_0", small_mlp, {2, 1, 4, 4}},
+  };
+  return all;
+}
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class GoldenFile : public ::testing::TestWithParam<Golden> {};
+
+TEST_P(GoldenFile, LoadsAndRunsToTheRecordedOutputs) {
+  const Golden& g = GetParam();
+  const fs::path base = kGoldenDir / g.name;
+  if (std::getenv("TANDEM_WRITE_GOLDEN") != nullptr) {
+    manual_seed(2024);
+    std::shared_ptr<nn::Module> model = g.make();
+    // Running statistics away from their initial values, so that folding
+    // them is tested.
+    for (int step = 0; step < 3; ++step) model->forward(randn(g.input_shape));
+    model->eval();
+    model->hybridize();
+    Tensor x = randn(g.input_shape);
+    NoGradGuard no_grad;
+    Tensor y = (*model)(x);
+    model->export_model(base.string());
+    serialization::write_npy(base.string() + "_input.npy", x);
+    serialization::write_npy(base.string() + "_output.npy", y);
+  }
+  LoadedModel model = load(base.string() + ".json");
+  Tensor x = serialization::read_npy(base.string() + "_input.npy");
+  std::vector<float> expected =
+      serialization::read_npy(base.string() + "_output.npy").to_vector<float>();
+  std::vector<float> actual = model.run({x})[0].to_vector<float>();
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-5) << i;
+
+  // Written again by this build, the files are the same bytes: the writer
+  // still produces this version's format.
+  ScratchDir dir;
+  model.export_model(dir.file(g.name));
+  EXPECT_EQ(read_bytes(dir.file(g.name + ".json")), read_bytes(base.string() + ".json"));
+  EXPECT_EQ(read_bytes(dir.file(g.name + ".params")), read_bytes(base.string() + ".params"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Serialization, GoldenFile, ::testing::ValuesIn(goldens()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace tandem

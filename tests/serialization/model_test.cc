@@ -1,0 +1,289 @@
+// Export and load (serialization/model.h): the tutorial models give the same
+// outputs eagerly, hybridized, and exported then loaded (in this process and
+// in tools/tandem-run), at the traced batch size and others.
+#include "serialization/model.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+
+#include "bench/tutorial_models.h"
+#include "serialization/npy.h"
+#include "tests/serialization/test_util.h"
+
+namespace tandem {
+namespace {
+
+using testing::expect_error;
+using testing::ScratchDir;
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// max |a - b| <= tol * (1 + max |b|), elementwise over float32 tensors.
+void expect_close(const Tensor& actual, const Tensor& expected, double tol = 1e-5) {
+  ASSERT_EQ(actual.shape(), expected.shape());
+  std::vector<float> a = actual.to_vector<float>(), b = expected.to_vector<float>();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  EXPECT_LE(worst, tol * (1 + scale)) << "largest difference " << worst;
+}
+
+// A few Adam steps on random data, so that weights and batch-norm running
+// statistics are no longer at their initial values.
+void train_a_little(nn::Module& model) {
+  optim::Adam optimizer(model.parameters(), {.lr = 1e-2});
+  model.train();
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = randn({8, 1, 28, 28});
+    Tensor y = Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, Shape{8});
+    optimizer.zero_grad();
+    cross_entropy(model.forward(x), y).backward();
+    optimizer.step();
+  }
+  model.eval();
+}
+
+Tensor eager_forward(nn::Module& model, const Tensor& x) {
+  NoGradGuard no_grad;
+  return model.forward(x);
+}
+
+// Hybridizes `model` and calls it once on `x`: what export_model needs.
+Tensor hybridized_call(nn::Module& model, const Tensor& x) {
+  model.hybridize();
+  NoGradGuard no_grad;
+  return model(x);
+}
+
+class TutorialModel : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::shared_ptr<nn::Module> make() const {
+    manual_seed(7);
+    return GetParam() == "cnn" ? bench::make_tutorial_cnn() : bench::make_tutorial_mlp();
+  }
+};
+
+TEST_P(TutorialModel, EagerHybridizedAndLoadedAgree) {
+  std::shared_ptr<nn::Module> model = make();
+  train_a_little(*model);
+  Tensor x = randn({5, 1, 28, 28});
+  Tensor eager = eager_forward(*model, x);
+
+  Tensor hybridized = hybridized_call(*model, x);
+  expect_close(hybridized, eager);
+
+  ScratchDir dir;
+  model->export_model(dir.file("model"));
+  LoadedModel loaded = load(dir.file("model"));
+  expect_close(loaded.run({x})[0], eager);
+  // Other batch sizes re-plan the graph.
+  for (int64_t batch : {1, 3, 16}) {
+    Tensor other = randn({batch, 1, 28, 28});
+    expect_close(loaded.run({other})[0], eager_forward(*model, other));
+  }
+  expect_close(loaded.run({x})[0], eager);
+}
+
+TEST_P(TutorialModel, ExportLoadExportGivesTheSameBytes) {
+  std::shared_ptr<nn::Module> model = make();
+  train_a_little(*model);
+  hybridized_call(*model, randn({4, 1, 28, 28}));
+  ScratchDir dir;
+  model->export_model(dir.file("a"));
+  load(dir.file("a.json")).export_model(dir.file("b"));
+  EXPECT_EQ(read_bytes(dir.file("a.json")),
+            // The only difference allowed: the params file's name.
+            [&] {
+              std::string b = read_bytes(dir.file("b.json"));
+              size_t at = b.find("\"b.params\"");
+              return at == std::string::npos ? b : b.replace(at, 10, "\"a.params\"");
+            }());
+  EXPECT_EQ(read_bytes(dir.file("a.params")), read_bytes(dir.file("b.params")));
+}
+
+// The exported model runs in another process that links no model code.
+TEST_P(TutorialModel, TandemRunGivesTheSameOutputs) {
+  std::shared_ptr<nn::Module> model = make();
+  train_a_little(*model);
+  Tensor x = randn({6, 1, 28, 28});
+  Tensor eager = eager_forward(*model, x);
+  hybridized_call(*model, x);
+  ScratchDir dir;
+  model->export_model(dir.file("model"));
+  serialization::write_npy(dir.file("x.npy"), x);
+  const std::string command = std::string(TANDEM_RUN_PATH) + " " + dir.file("model.json") +
+                              " --input input0=" + dir.file("x.npy") + " --output " +
+                              dir.file("out") + " > " + dir.file("log.txt") + " 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << read_bytes(dir.file("log.txt"));
+  expect_close(serialization::read_npy(dir.file("out/output0.npy")), eager);
+}
+
+INSTANTIATE_TEST_SUITE_P(Serialization, TutorialModel, ::testing::Values("mlp", "cnn"));
+
+TEST(ExportLoad, SignatureNamesInputsOutputsAndTheBatch) {
+  manual_seed(1);
+  auto model = bench::make_tutorial_mlp();
+  model->eval();
+  hybridized_call(*model, randn({2, 1, 28, 28}));
+  ScratchDir dir;
+  model->export_model(dir.file("mlp"));
+  LoadedModel loaded = load(dir.file("mlp"));
+  ASSERT_EQ(loaded.inputs().size(), 1u);
+  EXPECT_EQ(loaded.inputs()[0].name, "input0");
+  EXPECT_EQ(loaded.inputs()[0].shape, Shape({2, 1, 28, 28}));
+  EXPECT_TRUE(loaded.inputs()[0].dynamic_batch);
+  ASSERT_EQ(loaded.outputs().size(), 1u);
+  EXPECT_EQ(loaded.outputs()[0].shape, Shape({2, 10}));
+  EXPECT_TRUE(loaded.outputs()[0].dynamic_batch);
+  // Parameters keep their state_dict names.
+  std::vector<std::string> names;
+  for (const auto& entry : loaded.file().params) names.push_back(entry.name);
+  EXPECT_THAT(names, ::testing::ElementsAre("1.weight", "1.bias", "3.weight", "3.bias", "5.weight",
+                                            "5.bias"));
+}
+
+TEST(ExportLoad, ExportLeavesTheModuleInItsMode) {
+  auto model = bench::make_tutorial_cnn();
+  model->train();
+  hybridized_call(*model, randn({2, 1, 28, 28}));
+  ScratchDir dir;
+  model->export_model(dir.file("cnn"));
+  EXPECT_TRUE(model->is_training());
+  // The exported graph is the inference one: batch norm folded away.
+  for (const trace::Node& node : load(dir.file("cnn")).file().graph.nodes) {
+    EXPECT_NE(node.op->name, "batch_norm");
+    EXPECT_NE(node.op->name, "dropout");
+  }
+}
+
+TEST(ExportLoad, FixedBatchRefusesOtherSizes) {
+  auto model = bench::make_tutorial_mlp();
+  hybridized_call(*model, randn({2, 1, 28, 28}));
+  ScratchDir dir;
+  model->export_model(dir.file("mlp"), {.dynamic_batch = false});
+  LoadedModel loaded = load(dir.file("mlp"));
+  EXPECT_FALSE(loaded.inputs()[0].dynamic_batch);
+  expect_error(
+      [&] {
+        loaded.run({randn({3, 1, 28, 28})});
+      },
+      {"model input 'input0' must have shape [2, 1, 28, 28], got [3, 1, 28, 28]"});
+}
+
+TEST(ExportLoad, RunChecksItsInputs) {
+  auto model = bench::make_tutorial_mlp();
+  hybridized_call(*model, randn({2, 1, 28, 28}));
+  ScratchDir dir;
+  model->export_model(dir.file("mlp"));
+  LoadedModel loaded = load(dir.file("mlp"));
+  expect_error([&] { loaded.run({}); }, {"takes 1 input, got 0"});
+  expect_error(
+      [&] {
+        loaded.run({randn({2, 1, 28, 28}, DType::kFloat64)});
+      },
+      {"model input 'input0' must be float32, got float64"});
+  expect_error(
+      [&] {
+        loaded.run({randn({2, 1, 28, 27})});
+      },
+      {"model input 'input0' must have shape [N, ...] with [2, 1, 28, 28] past dimension 0",
+       "got [2, 1, 28, 27]"});
+}
+
+TEST(ExportLoad, ExportNeedsHybridizeAndOneCall) {
+  auto model = bench::make_tutorial_mlp();
+  ScratchDir dir;
+  expect_error([&] { model->export_model(dir.file("m")); }, {"call hybridize() first"});
+  model->hybridize();
+  expect_error([&] { model->export_model(dir.file("m")); },
+               {"call the hybridized module once first"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("m.json")));
+}
+
+TEST(ExportLoad, HybridFunctionNamesItsState) {
+  Tensor w = randn({4, 3}).requires_grad_();
+  Tensor b = randn({3});
+  HybridFunction f(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{add(matmul(in[0], w), b)}; });
+  Tensor x = randn({2, 4});
+  Tensor expected;
+  {
+    NoGradGuard no_grad;
+    expected = f({x})[0];
+  }
+  ScratchDir dir;
+  f.export_model(dir.file("f"), {{"weight", w}});
+  LoadedModel loaded = load(dir.file("f"));
+  const auto& inputs = loaded.file().graph.inputs;
+  ASSERT_EQ(inputs.size(), 3u);
+  EXPECT_EQ(inputs[1].name, "weight");
+  EXPECT_EQ(inputs[2].name, "state1");
+  EXPECT_EQ(loaded.file().inputs[1].role, serialization::InputRole::kParameter);
+  EXPECT_EQ(loaded.file().inputs[2].role, serialization::InputRole::kBuffer);
+  expect_close(loaded.run({x})[0], expected);
+}
+
+TEST(ExportLoad, ATrainingStepCannotBeExported) {
+  auto model = bench::make_tutorial_mlp();
+  optim::Adam optimizer(model->parameters());
+  HybridFunction step([&](const std::vector<Tensor>& in) {
+    optimizer.zero_grad();
+    Tensor loss = cross_entropy(model->forward(in[0]), in[1]);
+    loss.backward();
+    optimizer.step();
+    return std::vector<Tensor>{loss};
+  });
+  step({randn({2, 1, 28, 28}), Tensor::from_vector<int64_t>({1, 2}, Shape{2})});
+  ScratchDir dir;
+  expect_error([&] { step.export_model(dir.file("step")); },
+               {"updates state or computes gradients", "export an inference function"});
+}
+
+// JSON has no infinities or NaN: the format spells them as strings.
+TEST(ExportLoad, NonFiniteFloatAttributesRoundTrip) {
+  const double inf = std::numeric_limits<double>::infinity();
+  HybridFunction f([inf](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{
+        add(clip(in[0], -inf, 0.5), leaky_relu(in[0], std::numeric_limits<double>::quiet_NaN()))};
+  });
+  Tensor x = Tensor::from_vector<float>({-2, -0.5, 0.25, 3}, Shape{4});
+  Tensor expected;
+  {
+    NoGradGuard no_grad;
+    expected = f({x})[0];
+  }
+  ScratchDir dir;
+  f.export_model(dir.file("f"), {}, {.dynamic_batch = false});
+  std::vector<float> got = load(dir.file("f")).run({x})[0].to_vector<float>();
+  std::vector<float> want = expected.to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))) << i;
+  }
+}
+
+TEST(ExportLoad, AGraphThatPinsTheBatchIsRefusedUnlessFixed) {
+  // Flattening the batch into one dimension cannot follow another batch size.
+  HybridFunction f(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{reshape(in[0], {8})}; });
+  {
+    NoGradGuard no_grad;
+    f({randn({2, 4})});
+  }
+  ScratchDir dir;
+  expect_error([&] { f.export_model(dir.file("f")); },
+               {"does not work at other batch sizes", "reshape", "dynamic_batch = false"});
+  f.export_model(dir.file("f"), {}, {.dynamic_batch = false});
+  EXPECT_EQ(load(dir.file("f")).run({randn({2, 4})})[0].shape(), Shape({8}));
+}
+
+}  // namespace
+}  // namespace tandem
