@@ -366,4 +366,35 @@ void run_training(int steps, double start_rss_mib, Step&& step, Loss&& loss, Syn
   emit("rss_growth_mib", proc_status_mib("VmHWM") - start_rss_mib);
 }
 
+// ---------------------------------------------------------------------------
+// Deployment: a saved model loaded and run in a fresh process (bench_deploy).
+// ---------------------------------------------------------------------------
+
+// Reports, as result lines: the time `load()` takes; the first `run(1)`
+// (which includes whatever the runtime plans or compiles lazily); the median
+// steady-state latency of `run(1)` and `run(64)`; the peak RSS. `run(batch)`
+// must wait for its result. Called once per child process, so that "load"
+// and "first call" are what a freshly started server pays.
+template <class Load, class Run>
+void deploy_figures(Load load, Run run) {
+  auto ms_since = [](Clock::time_point begin) { return ns_between(begin, Clock::now()) / 1e6; };
+  Clock::time_point begin = Clock::now();
+  load();
+  emit("load_ms", ms_since(begin));
+  begin = Clock::now();
+  run(1);
+  emit("first_call_ms", ms_since(begin));
+  for (auto [batch, calls] : {std::pair<int64_t, int>{1, 200}, std::pair<int64_t, int>{64, 30}}) {
+    run(batch);  // A new batch size may plan once; not a steady-state call.
+    std::vector<double> samples;
+    for (int i = 0; i < calls; ++i) {
+      begin = Clock::now();
+      run(batch);
+      samples.push_back(ms_since(begin));
+    }
+    emit("batch" + std::to_string(batch) + "_ms", median(samples));
+  }
+  emit("peak_rss_mib", proc_status_mib("VmHWM"));
+}
+
 }  // namespace bench

@@ -30,8 +30,8 @@ PACKAGES=(
 # Installed by `bench` only, never by `deps` or CI: libtorch is the benchmarks' side-by-side peer,
 # not a dependency (bench/torch/ builds only where CMake finds it), and OpenBLAS's OpenMP build
 # gives it a real BLAS that shares its OpenMP pool (Note [libtorch configurations] in
-# bench/harness.h).
-BENCH_PACKAGES=(libtorch-dev libopenblas0-openmp)
+# bench/harness.h); python3-torch traces the TorchScript model bench_deploy loads.
+BENCH_PACKAGES=(libtorch-dev libopenblas0-openmp python3-torch)
 
 usage() {
   cat <<'EOF'

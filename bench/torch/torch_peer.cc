@@ -8,6 +8,7 @@
 //   torch_peer ops                            # per-op overhead, ns per op
 //   torch_peer gemm                           # torch::mm GFLOP/s per size
 //   torch_peer train --model mlp|cnn --steps N
+//   torch_peer deploy --model FILE.pt         # torch::jit::load + first and steady calls
 //
 // Threads: Note [libtorch configurations]. The caller sets OMP_NUM_THREADS
 // and the BLAS; this program fixes ATen's pools before any op runs.
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include "bench/harness.h"
@@ -125,6 +127,22 @@ void run_train(const std::string& model_name, int steps) {
       [&] { return loss.item<double>(); }, [] {});  // Eager libtorch has nothing pending.
 }
 
+// ---------------------------------------------------------------------------
+// (4) Deployment: a TorchScript file loaded and run, as bench_deploy does with
+// an exported Tandem model (bench/harness.h, deploy_figures).
+// ---------------------------------------------------------------------------
+
+void run_deploy(const std::string& path) {
+  torch::InferenceMode inference;
+  torch::jit::script::Module model;
+  const torch::Tensor images = torch::randn({64, 1, 28, 28});
+  bench::deploy_figures([&] { model = torch::jit::load(path); },
+                        [&](int64_t batch) {
+                          torch::Tensor y = model.forward({images.slice(0, 0, batch)}).toTensor();
+                          if (y.data_ptr<float>()[0] == 12345.f) std::abort();  // Keep the result.
+                        });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,11 +156,15 @@ int main(int argc, char** argv) {
     run_ops();
   } else if (mode == "gemm") {
     run_gemm();
+  } else if (mode == "deploy") {
+    run_deploy(bench::flag(argc, argv, "--model", ""));
   } else if (mode == "train") {
     std::string model = bench::flag(argc, argv, "--model", "mlp");
     run_train(model, std::stoi(bench::flag(argc, argv, "--steps", "200")));
   } else {
-    std::fprintf(stderr, "usage: torch_peer ops | gemm | train --model mlp|cnn --steps N\n");
+    std::fprintf(stderr,
+                 "usage: torch_peer ops | gemm | train --model mlp|cnn --steps N | deploy --model "
+                 "FILE.pt\n");
     return 2;
   }
   return 0;

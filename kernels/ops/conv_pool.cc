@@ -30,6 +30,7 @@
 
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -250,7 +251,8 @@ void conv2d_backward_data_kernel(const KernelContext& c) {
     }
     const T *pgy = gy.data<T>(), *pw = w.data<T>();
     T* pgx = gx.data<T>();
-    std::fill(pgx, pgx + gx.numel(), T{0});
+    parallel_for(gx.numel(), kCheapGrain,
+                 [&](int64_t begin, int64_t end) { std::fill(pgx + begin, pgx + end, T{0}); });
     for_each_conv_term(g, [&](int64_t yi, int64_t xi, int64_t wi) { pgx[xi] += pgy[yi] * pw[wi]; });
   });
 }
@@ -368,20 +370,27 @@ void pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, cons
 }
 
 // Calls f(out_index, plane_offset, iy0, iy1, ix0, ix1) for every output
-// element, with its window clipped to the input.
+// element, with its window clipped to the input. Planes (one image's one
+// channel) are split across the cores: a window reads and writes only its own
+// plane, so `f` may write there without locks.
 template <class F>
 void for_each_window(const Pool& p, F f) {
-  for (int64_t plane = 0; plane < p.n * p.c; ++plane) {
-    for (int64_t oy = 0; oy < p.oh; ++oy) {
-      const int64_t y0 = oy * p.stride[0] - p.padding[0];
-      const int64_t iy0 = std::max<int64_t>(y0, 0), iy1 = std::min(y0 + p.kernel[0], p.h);
-      for (int64_t ox = 0; ox < p.ow; ++ox) {
-        const int64_t x0 = ox * p.stride[1] - p.padding[1];
-        const int64_t ix0 = std::max<int64_t>(x0, 0), ix1 = std::min(x0 + p.kernel[1], p.w);
-        f((plane * p.oh + oy) * p.ow + ox, plane * p.h * p.w, iy0, iy1, ix0, ix1);
+  // About kCheapGrain input elements per share of the work.
+  const int64_t planes_per_grain =
+      std::max<int64_t>(1, kCheapGrain / std::max<int64_t>(1, p.h * p.w));
+  parallel_for(p.n * p.c, planes_per_grain, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      for (int64_t oy = 0; oy < p.oh; ++oy) {
+        const int64_t y0 = oy * p.stride[0] - p.padding[0];
+        const int64_t iy0 = std::max<int64_t>(y0, 0), iy1 = std::min(y0 + p.kernel[0], p.h);
+        for (int64_t ox = 0; ox < p.ow; ++ox) {
+          const int64_t x0 = ox * p.stride[1] - p.padding[1];
+          const int64_t ix0 = std::max<int64_t>(x0, 0), ix1 = std::min(x0 + p.kernel[1], p.w);
+          f((plane * p.oh + oy) * p.ow + ox, plane * p.h * p.w, iy0, iy1, ix0, ix1);
+        }
       }
     }
-  }
+  });
 }
 
 // The offset (within its plane) of the first maximum of a window; NaN wins.
@@ -455,7 +464,8 @@ void max_pool2d_backward_kernel(const KernelContext& c) {
   visit_floating(x.dtype(), [&]<class T>() {
     const T *px = x.data<T>(), *pgy = gy.data<T>();
     T* pgx = gx.data<T>();
-    std::fill(pgx, pgx + gx.numel(), T{0});
+    parallel_for(gx.numel(), kCheapGrain,
+                 [&](int64_t begin, int64_t end) { std::fill(pgx + begin, pgx + end, T{0}); });
     for_each_window(
         p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
           pgx[plane + window_argmax(px + plane, p.w, iy0, iy1, ix0, ix1)] += pgy[out];
@@ -479,7 +489,8 @@ void avg_pool2d_backward_kernel(const KernelContext& c) {
   visit_floating(gy.dtype(), [&]<class T>() {
     const T* pgy = gy.data<T>();
     T* pgx = gx.data<T>();
-    std::fill(pgx, pgx + gx.numel(), T{0});
+    parallel_for(gx.numel(), kCheapGrain,
+                 [&](int64_t begin, int64_t end) { std::fill(pgx + begin, pgx + end, T{0}); });
     const T divisor = static_cast<T>(p.kernel[0] * p.kernel[1]);
     for_each_window(
         p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
@@ -573,7 +584,8 @@ void adaptive_avg_pool2d_backward_kernel(const KernelContext& c) {
   visit_floating(gy.dtype(), [&]<class T>() {
     const T* pgy = gy.data<T>();
     T* pgx = gx.data<T>();
-    std::fill(pgx, pgx + gx.numel(), T{0});
+    parallel_for(gx.numel(), kCheapGrain,
+                 [&](int64_t begin, int64_t end) { std::fill(pgx + begin, pgx + end, T{0}); });
     for_each_adaptive_window(
         a, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
           const T share = pgy[out] / static_cast<T>((iy1 - iy0) * (ix1 - ix0));

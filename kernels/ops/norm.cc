@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -191,39 +192,45 @@ void batch_norm_backward_kernel(const KernelContext& c) {
     T *gx = c.outputs[0].data<T>(), *g_gamma = c.outputs[1].data<T>();
     T *g_beta = c.outputs[2].data<T>(), *g_rm = c.outputs[3].data<T>();
     T* g_rv = c.outputs[4].data<T>();
-    for (int64_t ch = 0; ch < v.c; ++ch) {
-      const double mu = mean[ch], rstd = 1 / std::sqrt(static_cast<double>(var[ch]) + eps);
-      double sum_g = 0, sum_g_xhat = 0;
-      for (int64_t i = 0; i < v.n; ++i) {
-        for (int64_t j = 0; j < v.s; ++j) {
-          int64_t k = v.at(i, ch, j);
-          sum_g += g[k];
-          sum_g_xhat += g[k] * (x[k] - mu) * rstd;
-        }
-      }
-      g_gamma[ch] = static_cast<T>(sum_g_xhat);
-      g_beta[ch] = static_cast<T>(sum_g);
-      const double scale = gamma[ch] * rstd;
-      for (int64_t i = 0; i < v.n; ++i) {
-        for (int64_t j = 0; j < v.s; ++j) {
-          int64_t k = v.at(i, ch, j);
-          double d = g[k] * scale;
-          if (training) {
-            double xhat = (x[k] - mu) * rstd;
-            d = scale / m * (m * g[k] - sum_g - xhat * sum_g_xhat) + g_mean[ch] / m +
-                g_var[ch] * 2 * (x[k] - mu) / m;
+    // Channels are independent: split them across the cores, about
+    // kCheapGrain elements per share.
+    const int64_t per_channel = std::max<int64_t>(1, v.n * v.s);
+    parallel_for(
+        v.c, std::max<int64_t>(1, kCheapGrain / per_channel), [&](int64_t first, int64_t last) {
+          for (int64_t ch = first; ch < last; ++ch) {
+            const double mu = mean[ch], rstd = 1 / std::sqrt(static_cast<double>(var[ch]) + eps);
+            double sum_g = 0, sum_g_xhat = 0;
+            for (int64_t i = 0; i < v.n; ++i) {
+              for (int64_t j = 0; j < v.s; ++j) {
+                int64_t k = v.at(i, ch, j);
+                sum_g += g[k];
+                sum_g_xhat += g[k] * (x[k] - mu) * rstd;
+              }
+            }
+            g_gamma[ch] = static_cast<T>(sum_g_xhat);
+            g_beta[ch] = static_cast<T>(sum_g);
+            const double scale = gamma[ch] * rstd;
+            for (int64_t i = 0; i < v.n; ++i) {
+              for (int64_t j = 0; j < v.s; ++j) {
+                int64_t k = v.at(i, ch, j);
+                double d = g[k] * scale;
+                if (training) {
+                  double xhat = (x[k] - mu) * rstd;
+                  d = scale / m * (m * g[k] - sum_g - xhat * sum_g_xhat) + g_mean[ch] / m +
+                      g_var[ch] * 2 * (x[k] - mu) / m;
+                }
+                gx[k] = static_cast<T>(d);
+              }
+            }
+            if (training) {
+              g_rm[ch] = g_rv[ch] = 0;
+            } else {
+              // sum(g (x - mean)) = sum_g_xhat / rstd.
+              g_rm[ch] = static_cast<T>(g_mean[ch] - scale * sum_g);
+              g_rv[ch] = static_cast<T>(g_var[ch] - 0.5 * scale * rstd * sum_g_xhat);
+            }
           }
-          gx[k] = static_cast<T>(d);
-        }
-      }
-      if (training) {
-        g_rm[ch] = g_rv[ch] = 0;
-      } else {
-        // sum(g (x - mean)) = sum_g_xhat / rstd.
-        g_rm[ch] = static_cast<T>(g_mean[ch] - scale * sum_g);
-        g_rv[ch] = static_cast<T>(g_var[ch] - 0.5 * scale * rstd * sum_g_xhat);
-      }
-    }
+        });
   });
 }
 

@@ -3,11 +3,15 @@
 // in tools/tandem-run), at the traced batch size and others.
 #include "serialization/model.h"
 
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "bench/tutorial_models.h"
 #include "serialization/npy.h"
@@ -124,6 +128,39 @@ TEST_P(TutorialModel, TandemRunGivesTheSameOutputs) {
                               dir.file("out") + " > " + dir.file("log.txt") + " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << read_bytes(dir.file("log.txt"));
   expect_close(serialization::read_npy(dir.file("out/output0.npy")), eager);
+}
+
+// tandem-run's refusals: one line naming the problem; status 1 for a bad
+// file, 2 for bad arguments.
+TEST(TandemRun, ReportsBadFilesAndArguments) {
+  ScratchDir dir;
+  auto run = [&](const std::string& args) {
+    const std::string command =
+        std::string(TANDEM_RUN_PATH) + " " + args + " > " + dir.file("log.txt") + " 2>&1";
+    const int status = std::system(command.c_str());
+    return std::pair<int, std::string>{WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                                       read_bytes(dir.file("log.txt"))};
+  };
+  auto [status, log] = run(dir.file("missing.json"));
+  EXPECT_EQ(status, 1);
+  EXPECT_THAT(log, ::testing::HasSubstr("missing.json"));
+  std::tie(status, log) = run("");
+  EXPECT_EQ(status, 2);
+  EXPECT_THAT(log, ::testing::HasSubstr("no model given"));
+  std::tie(status, log) = run("m.json --repeat lots");
+  EXPECT_EQ(status, 2);
+  EXPECT_THAT(log, ::testing::HasSubstr("--repeat takes a count"));
+
+  auto model = bench::make_tutorial_mlp();
+  hybridized_call(*model, randn({2, 1, 28, 28}));
+  model->export_model(dir.file("mlp"));
+  serialization::write_npy(dir.file("x.npy"), randn({3, 1, 28, 28}, DType::kFloat64));
+  std::tie(status, log) = run(dir.file("mlp.json") + " --input input0=" + dir.file("x.npy"));
+  EXPECT_EQ(status, 1);
+  EXPECT_THAT(log, ::testing::HasSubstr("model input 'input0' must be float32, got float64"));
+  std::tie(status, log) = run(dir.file("mlp.json") + " --input other=" + dir.file("x.npy"));
+  EXPECT_EQ(status, 2);
+  EXPECT_THAT(log, ::testing::HasSubstr("missing --input input0=FILE.npy"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Serialization, TutorialModel, ::testing::Values("mlp", "cnn"));
