@@ -117,10 +117,9 @@ bool operator==(const Attrs& a, const Attrs& b) {
     }
     return x == y;
   };
-  return std::equal(a.items_.begin(), a.items_.end(), b.items_.begin(), b.items_.end(),
-                    [&](const auto& p, const auto& q) {
-                      return p.first == q.first && same(p.second, q.second);
-                    });
+  return std::equal(
+      a.items_.begin(), a.items_.end(), b.items_.begin(), b.items_.end(),
+      [&](const auto& p, const auto& q) { return p.first == q.first && same(p.second, q.second); });
 }
 
 }  // namespace tandem::kernels
