@@ -195,7 +195,8 @@ TEST(ExportLoad, ExportLeavesTheModuleInItsMode) {
   model->export_model(dir.file("cnn"));
   EXPECT_TRUE(model->is_training());
   // The exported graph is the inference one: batch norm folded away.
-  for (const trace::Node& node : load(dir.file("cnn")).file().graph.nodes) {
+  LoadedModel loaded = load(dir.file("cnn"));
+  for (const trace::Node& node : loaded.file().graph.nodes) {
     EXPECT_NE(node.op->name, "batch_norm");
     EXPECT_NE(node.op->name, "dropout");
   }
