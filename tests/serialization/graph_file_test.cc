@@ -33,22 +33,28 @@ absl::Span<const uint8_t> bytes_of(const std::string& text) {
   return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
 }
 
-// A small exported model: reshape(relu(x @ w + b), [2, 3, 2]), as m.json and
-// m.params in a scratch folder; each test edits a copy of the JSON.
+// Exports reshape(relu(x @ w + b), [2, 3, 2]) with weights drawn from `seed`
+// as `path`.json and `path`.params.
+void export_small_model(uint64_t seed, const std::string& path) {
+  manual_seed(seed);
+  Tensor w = randn({4, 6});
+  Tensor b = randn({6});
+  HybridFunction f([w, b](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{reshape(relu(add(matmul(in[0], w), b)), {2, 3, 2})};
+  });
+  {
+    NoGradGuard no_grad;
+    f({randn({2, 4})});
+  }
+  f.export_model(path, {{"w", w}, {"b", b}});
+}
+
+// The small model as m.json and m.params in a scratch folder; each test
+// edits a copy of the JSON.
 class BadGraphFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    manual_seed(3);
-    Tensor w = randn({4, 6});
-    Tensor b = randn({6});
-    HybridFunction f([w, b](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{reshape(relu(add(matmul(in[0], w), b)), {2, 3, 2})};
-    });
-    {
-      NoGradGuard no_grad;
-      f({randn({2, 4})});
-    }
-    f.export_model(dir_.file("m"), {{"w", w}, {"b", b}});
+    export_small_model(3, dir_.file("m"));
     text_ = read_text(dir_.file("m.json"));
     json_ = Json::parse(text_);
   }
@@ -276,17 +282,7 @@ TEST_F(BadGraphFile, ParamsPathMustStayInTheModelFolder) {
 
 TEST_F(BadGraphFile, ParamsFileMustMatchItsManifest) {
   // The params of another export, with other weights: caught before use.
-  manual_seed(4);
-  Tensor w = randn({4, 6});
-  Tensor b = randn({6});
-  HybridFunction g([w, b](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{reshape(relu(add(matmul(in[0], w), b)), {2, 3, 2})};
-  });
-  {
-    NoGradGuard no_grad;
-    g({randn({2, 4})});
-  }
-  g.export_model(dir_.file("other"), {{"w", w}, {"b", b}});
+  export_small_model(4, dir_.file("other"));
   std::filesystem::copy_file(dir_.file("other.params"), dir_.file("m.params"),
                              std::filesystem::copy_options::overwrite_existing);
   expect_error([&] { load(dir_.file("m.json")); }, {"not from the same export"});
@@ -295,8 +291,7 @@ TEST_F(BadGraphFile, ParamsFileMustMatchItsManifest) {
   expect_error([&] { load(dir_.file("m.json")); },
                {"disagree on tensor 0", "'w' float32[4, 6]", "'w' float32[6, 4]"});
   // Truncated: the params file's own checks name it.
-  g.export_model(dir_.file("m2"), {{"w", w}, {"b", b}});
-  const std::string whole = read_text(dir_.file("m2.params"));
+  const std::string whole = read_text(dir_.file("other.params"));
   write_text(dir_.file("m.params"), whole.substr(0, whole.size() - 10));
   expect_error([&] { load(dir_.file("m.json")); }, {"m.params", "truncated"});
   std::filesystem::remove(dir_.file("m.params"));
