@@ -14,7 +14,7 @@
 // (c) Two independent chains of ~1 ms ops: two workers vs one.
 //
 // Everything runs on the threaded engine, engine::current(), with its default
-// workers (one per core) unless a figure says otherwise. Set TANDEM_NUM_WORKERS
+// worker count (one) unless a figure says otherwise. Set TANDEM_NUM_WORKERS
 // to try another count.
 #include <algorithm>
 #include <atomic>

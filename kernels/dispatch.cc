@@ -48,6 +48,18 @@ void note_first_run(const OpDef& op) {
   if (ran->insert(&op).second) engine::finish_before_exit();
 }
 
+// Whether a call is cheaper to run than to hand to a worker (Note [Tiny ops
+// run inline] in core/engine/threaded_engine.cc): a single-threaded kernel
+// that touches at most this many elements, inputs and outputs together (an
+// add of ~1400 floats, well under a microsecond). Kernels that use every
+// core are never tiny: they take the all-cores lock, which a frontend must
+// not wait for behind a long convolution.
+constexpr int64_t kTinyElements = 4096;
+
+bool is_tiny(const OpDef& op, int64_t elements) {
+  return !op.uses_all_cores && elements <= kTinyElements;
+}
+
 Device common_device(absl::Span<const Tensor> inputs) {
   if (inputs.empty()) return Device::cpu();
   Device device = inputs[0].device();
@@ -132,14 +144,25 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
   }
 
   absl::InlinedVector<engine::Var*, 4> reads, writes;
-  for (const Tensor& t : inputs) reads.push_back(t.var());
-  for (const Tensor& t : outputs) writes.push_back(t.var());
-  engine::current().push(
-      [call = std::move(kernel_call)](const engine::RunContext& run) {
-        run_kernel(*call->op, call->kernel,
-                   KernelContext{call->inputs, call->outputs, call->attrs, run});
-      },
-      device, reads, writes, op.name.c_str(), where);
+  int64_t elements = 0;
+  for (const Tensor& t : inputs) {
+    reads.push_back(t.var());
+    elements += t.numel();
+  }
+  for (const Tensor& t : outputs) {
+    writes.push_back(t.var());
+    elements += t.numel();
+  }
+  engine::OpFn run = [call = std::move(kernel_call)](const engine::RunContext& context) {
+    run_kernel(*call->op, call->kernel,
+               KernelContext{call->inputs, call->outputs, call->attrs, context});
+  };
+  engine::Engine& engine = engine::current();
+  if (is_tiny(op, elements)) {
+    engine.push_tiny(std::move(run), device, reads, writes, op.name.c_str(), where);
+  } else {
+    engine.push(std::move(run), device, reads, writes, op.name.c_str(), where);
+  }
   return outputs;
 }
 

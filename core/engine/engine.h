@@ -52,8 +52,14 @@ class Var;
 // What an op's function learns about where it runs.
 struct RunContext {
   Device device;
-  int worker = 0;  // Index of the worker thread within its device's pool.
+  // Index of the worker thread within its device's pool, or kPushingThread
+  // for a tiny op run inline by the thread that pushed it.
+  int worker = 0;
+  static constexpr int kPushingThread = -1;
 };
+
+// What the pusher knows about an op's running time.
+enum class OpCost { kUnknown, kTiny };
 
 // An op's function. Closures of up to 96 bytes are stored without allocation.
 using OpFn = InlineFunction<void(const RunContext&), 96>;
@@ -68,8 +74,13 @@ enum class ShutdownMode {
 };
 
 struct EngineOptions {
-  // Worker threads for the CPU; 0 means one per core.
+  // Worker threads for the CPU; 0 means the default, one (Note [One CPU
+  // worker] in threaded_engine.cc).
   int cpu_workers = 0;
+  // Most ops pending at once before push() blocks the pushing thread (Note
+  // [Bounded run-ahead] in threaded_engine.cc); 0: no bound. With a bound, an
+  // op must not wait for something its pusher does only after pushing more.
+  int64_t max_in_flight = 256;
 };
 
 // Creates a var. Every var must eventually be passed to `delete_var`.
@@ -85,7 +96,17 @@ class Engine {
   // name); `where` should be the user's call site, which errors will name.
   void push(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name = "op",
             std::source_location where = std::source_location::current()) {
-    push_op(std::move(fn), device, reads, writes, name, where);
+    push_op(std::move(fn), device, reads, writes, name, where, OpCost::kUnknown);
+  }
+
+  // push() for an op that runs in less time than handing it to a worker
+  // takes (a few hundred nanoseconds of work on one core): if nothing it
+  // touches is pending, the threaded engine runs it at once on the calling
+  // thread; otherwise it is queued like any op. See Note [Tiny ops run
+  // inline] in threaded_engine.cc. Failures still travel with the data.
+  void push_tiny(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name = "op",
+                 std::source_location where = std::source_location::current()) {
+    push_op(std::move(fn), device, reads, writes, name, where, OpCost::kTiny);
   }
 
   // Blocks until every write pushed so far to `var` has finished; throws the
@@ -112,7 +133,7 @@ class Engine {
 
  protected:
   virtual void push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-                       const std::source_location& where) = 0;
+                       const std::source_location& where, OpCost cost) = 0;
 };
 
 std::unique_ptr<Engine> make_engine(EngineKind kind, EngineOptions options = {});

@@ -9,7 +9,7 @@
 namespace tandem::engine {
 
 void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-                          const std::source_location& where) {
+                          const std::source_location& where, OpCost /*every op runs inline*/) {
   if (!device.is_cpu()) {
     throw Error(
         str_cat("no workers for device ", device.to_string(), ": this engine runs CPU ops only"),

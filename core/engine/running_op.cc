@@ -13,6 +13,8 @@ RunningOpScope::RunningOpScope(const char* op) : previous_(running_op) { running
 
 RunningOpScope::~RunningOpScope() { running_op = previous_; }
 
+bool inside_op() { return running_op != nullptr; }
+
 void refuse_wait_inside_op(const char* what) {
   TANDEM_CHECK(running_op == nullptr, what, " called from inside op '", running_op,
                "': an op must not wait for other ops (on the threaded engine it would hold its "

@@ -23,4 +23,7 @@ class RunningOpScope {
 // Throws tandem::Error if this thread is inside an op; `what` names the call.
 void refuse_wait_inside_op(const char* what);
 
+// True while this thread runs an op.
+bool inside_op();
+
 }  // namespace tandem::engine

@@ -29,22 +29,26 @@ class ThreadedEngine final : public Engine {
 
  protected:
   void push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-               const std::source_location& where) override;
+               const std::source_location& where, OpCost cost) override;
 
  private:
   // push() without the shutdown check.
   void enqueue(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-               const std::source_location& where);
-  // Registers `op` with its vars; it runs once none of them blocks it.
-  void schedule(OpRecord* op);
+               const std::source_location& where, OpCost cost);
+  // Registers `op` with its vars; it runs once none of them blocks it. A
+  // tiny op that nothing blocks runs here and now.
+  void schedule(OpRecord* op, OpCost cost);
   // Sends a ready op to its device's workers (or runs a wait op inline).
   void dispatch(OpRecord* op);
-  // Runs a ready op on a worker; returns a successor for the same worker.
+  // Runs a ready op; on a worker, returns a successor for the same worker.
   OpRecord* run(OpRecord* op, const RunContext& context);
   // Releases the op's vars and dispatches what that unblocks; returns one
   // unblocked op on `continue_on` for the caller to run next, if any.
   OpRecord* complete(OpRecord* op, const Device* continue_on);
   void finish_wait(OpRecord* op);
+  // Blocks the pushing thread while too many ops are in flight; see Note
+  // [Bounded run-ahead].
+  void throttle();
   // Records a new failure (not one inherited from an input).
   void note_failure(const std::shared_ptr<const Error>& failure);
   [[noreturn]] void throw_failure(const std::shared_ptr<const Error>& failure);
@@ -52,6 +56,11 @@ class ThreadedEngine final : public Engine {
 
   std::unique_ptr<WorkerPool> cpu_pool_;
   std::atomic<int64_t> pending_ops_{0};
+  // See Note [Bounded run-ahead]; 0: no bound.
+  const int64_t max_in_flight_;
+  const int64_t resume_in_flight_;
+  // Pushing threads blocked in throttle().
+  std::atomic<int> throttled_{0};
   std::atomic<uint64_t> next_op_id_{1};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> cancelling_{false};

@@ -34,7 +34,8 @@ void push_pending_work(Engine& engine, const VarSet& vars, std::atomic<int>& ran
 TEST(EngineShutdownTest, DestructionFinishesPendingOps) {
   std::atomic<int> ran{0};
   std::atomic<bool> release{false};
-  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 2});
+  // Unbounded: every op is pushed before the gates open.
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 2, .max_in_flight = 0});
   std::vector<Var*> vars;
   for (int i = 0; i < 4; ++i) vars.push_back(new_var());
   for (Var* var : vars) {
@@ -57,7 +58,7 @@ TEST(EngineShutdownTest, DestructionFinishesPendingOps) {
 // their vars as cancelled, runs no kernel after it returns, and that the
 // engine refuses new work afterwards.
 TEST(EngineShutdownTest, CancelSkipsPendingOps) {
-  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 2});
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 2, .max_in_flight = 0});
   std::atomic<int> ran{0};
   std::atomic<bool> release{false};
   VarSet vars(*engine, 4);

@@ -94,12 +94,16 @@ TEST_P(EngineStressTest, ConcurrentFrontendsMatchSequentialReplay) {
         for (int r : op.reads) reads.push_back(vars[r]);
         for (int w : op.writes) writes.push_back(vars[w]);
         uint64_t id = static_cast<uint64_t>(t) << 32 | static_cast<uint64_t>(i);
-        engine->push(
-            [&, t, i, id](const RunContext&) {
-              started[t][i] = start_counter.fetch_add(1);
-              apply(programs[t][i], id, values);
-            },
-            Device::cpu(), reads, writes, "stress_op");
+        OpFn fn = [&, t, i, id](const RunContext&) {
+          started[t][i] = start_counter.fetch_add(1);
+          apply(programs[t][i], id, values);
+        };
+        // Half of them as tiny ops, which may run on this thread at once.
+        if (rng() % 2 == 0) {
+          engine->push_tiny(std::move(fn), Device::cpu(), reads, writes, "stress_op");
+        } else {
+          engine->push(std::move(fn), Device::cpu(), reads, writes, "stress_op");
+        }
         // Now and then a frontend waits on something, like real code does.
         if (rng() % 1000 == 0) engine->wait(vars[rng() % kVars]);
       }

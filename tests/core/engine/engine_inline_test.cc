@@ -1,0 +1,128 @@
+// The threaded engine's two frontend-side policies: tiny ops whose vars are
+// free run on the pushing thread (Note [Tiny ops run inline]), and a pusher
+// that runs too far ahead of the workers blocks (Note [Bounded run-ahead]).
+#include <atomic>
+#include <chrono>
+
+#include "tests/core/engine/engine_test_util.h"
+
+namespace tandem::engine::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Verifies that a tiny op on free vars has run by the time push_tiny
+// returns, on the pushing thread, and says so in its RunContext.
+TEST(EngineInlineTest, TinyOpOnFreeVarsRunsOnThePushingThread) {
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 2});
+  VarSet v(*engine, 2);
+  std::thread::id ran_on;
+  int worker = 0;
+  engine->push_tiny(
+      [&](const RunContext& context) {
+        ran_on = std::this_thread::get_id();
+        worker = context.worker;
+      },
+      Device::cpu(), {v[0]}, {v[1]});
+  EXPECT_EQ(ran_on, std::this_thread::get_id());  // No wait: it already ran.
+  EXPECT_EQ(worker, RunContext::kPushingThread);
+}
+
+// Verifies that a tiny op behind a pending op is queued, not run by the
+// pusher, and still runs after that op.
+TEST(EngineInlineTest, TinyOpBehindPendingWorkGoesToAWorker) {
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1});
+  VarSet v(*engine, 2);
+  std::atomic<bool> release{false};
+  engine->push(
+      [&](const RunContext&) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      Device::cpu(), {}, {v[0]}, "gate");
+  EventLog log;
+  std::thread::id ran_on;
+  engine->push_tiny(
+      [&](const RunContext&) {
+        ran_on = std::this_thread::get_id();
+        log.begin(1);
+        log.end(1);
+      },
+      Device::cpu(), {v[0]}, {v[1]}, "tiny");
+  EXPECT_EQ(log.size(), 0u) << "the tiny op ran before the op it reads from";
+  release = true;
+  engine->wait(v[1]);
+  EXPECT_EQ(log.size(), 2u);
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+// Verifies that a tiny op that throws does not throw at push: its failure
+// is stored on its outputs and thrown by a wait, as on a worker.
+TEST(EngineInlineTest, TinyOpFailureIsDeliveredAtTheWait) {
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1});
+  VarSet v(*engine, 2);
+  EXPECT_NO_THROW(engine->push_tiny([](const RunContext&) { throw Error("tiny kernel failed"); },
+                                    Device::cpu(), {}, {v[0]}, "failing_tiny"));
+  bool ran = false;
+  engine->push_tiny([&](const RunContext&) { ran = true; }, Device::cpu(), {v[0]}, {v[1]},
+                    "reader");
+  EXPECT_FALSE(ran) << "an op that reads a failed var ran";
+  try {
+    engine->wait(v[1]);
+    ADD_FAILURE() << "the failure was lost";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tiny kernel failed"));
+    EXPECT_THAT(e.what(), HasSubstr("failing_tiny"));
+  }
+  EXPECT_NO_THROW(engine->wait_all()) << "a failure already thrown by a wait was thrown again";
+}
+
+// Verifies that with max_in_flight set, a pusher blocks once that many ops
+// are pending, and resumes when the workers catch up.
+TEST(EngineInlineTest, PusherBlocksWhenTooManyOpsArePending) {
+  constexpr int64_t kBound = 16;
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1, .max_in_flight = kBound});
+  VarSet v(*engine, 1);
+  std::atomic<bool> release{false};
+  std::atomic<int> pushed{0};
+  std::atomic<int> ran{0};
+  std::thread pusher([&] {
+    engine->push(
+        [&](const RunContext&) {
+          while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        },
+        Device::cpu(), {}, {v[0]}, "gate");
+    for (int i = 0; i < 10 * kBound; ++i) {
+      engine->push([&](const RunContext&) { ++ran; }, Device::cpu(), {}, {v[0]}, "queued");
+      ++pushed;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_LE(pushed.load(), kBound) << "the pusher ran past the bound";
+  EXPECT_EQ(ran.load(), 0);
+  release = true;
+  pusher.join();
+  engine->wait_all();
+  EXPECT_EQ(ran.load(), 10 * kBound);
+}
+
+// Verifies that an op that pushes ops from inside (as a kernel's closure
+// does when it releases the last handle on a tensor and so deletes its var)
+// is never held back by the bound: with one worker, blocking it would wait
+// for itself.
+TEST(EngineInlineTest, BoundNeverBlocksAPushFromInsideAnOp) {
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1, .max_in_flight = 2});
+  VarSet v(*engine, 2);
+  std::atomic<int> ran{0};
+  engine->push(
+      [&](const RunContext&) {
+        for (int i = 0; i < 8; ++i) {
+          engine->push([&](const RunContext&) { ++ran; }, Device::cpu(), {}, {v[1]}, "inner");
+        }
+      },
+      Device::cpu(), {}, {v[0]}, "outer");
+  engine->wait_all();
+  EXPECT_EQ(ran.load(), 8);
+}
+
+}  // namespace
+}  // namespace tandem::engine::testing
