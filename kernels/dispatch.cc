@@ -57,7 +57,14 @@ void note_first_run(const OpDef& op) {
 constexpr int64_t kTinyElements = 4096;
 
 bool is_tiny(const OpDef& op, int64_t elements) {
-  return !op.uses_all_cores && elements <= kTinyElements;
+  return !uses_all_cores(op, elements) && elements <= kTinyElements;
+}
+
+int64_t elements_of(const KernelContext& context) {
+  int64_t elements = 0;
+  for (const Tensor& t : context.inputs) elements += t.numel();
+  for (const Tensor& t : context.outputs) elements += t.numel();
+  return elements;
 }
 
 Device common_device(absl::Span<const Tensor> inputs) {
@@ -87,8 +94,12 @@ AllCoresLock::~AllCoresLock() {
   }
 }
 
+bool uses_all_cores(const OpDef& op, int64_t elements) {
+  return op.uses_all_cores && elements > op.single_threaded_up_to;
+}
+
 void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) {
-  if (op.uses_all_cores) {
+  if (uses_all_cores(op, elements_of(context))) {
     AllCoresLock lock;  // See Note [Thread budget].
     kernel(context);
     note_first_run(op);

@@ -94,6 +94,10 @@ struct OpDef {
   // The CPU kernel runs multi-threaded (oneDNN's OpenMP) and gets the whole
   // thread budget; see Note [Thread budget] in dispatch.h.
   bool uses_all_cores = false;
+  // For a uses_all_cores op: calls that touch at most this many elements,
+  // inputs and outputs together, stay on one thread (matmul's plain loops for
+  // tiny products), so they skip the all-cores lock and may run inline.
+  int64_t single_threaded_up_to = 0;
 };
 
 class Registry {

@@ -12,6 +12,7 @@
 #include "core/engine/var.h"
 #include "core/engine/worker_pool.h"
 #include "core/error.h"
+#include "core/spinlock.h"
 
 namespace tandem::engine {
 
@@ -73,7 +74,7 @@ class ThreadedEngine final : public Engine {
   // queue in one global order. An op with a single var cannot close a cycle
   // (it would have to be both before and after another op on that one var),
   // so the common single-var push takes no global lock.
-  std::mutex multi_var_append_mu_;
+  Spinlock multi_var_append_mu_;  // See Note [Why spin] in core/spinlock.h.
 
   std::mutex failures_mu_;
   // Failures not yet thrown by any wait, oldest first.

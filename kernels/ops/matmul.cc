@@ -189,6 +189,12 @@ void matmul_onednn(const MatmulGeometry& g, const Tensor& a, const Tensor& b, co
 // before oneDNN has looked its primitive up: bench_ops measured a 4x4 float
 // matmul at 3.9 us through oneDNN (naive engine) against 0.6 us in loops.
 constexpr int64_t kSmallMatmul = 16 * 16 * 16;
+// A call whose operands and result hold at most this many elements has at
+// most kSmallMatmul multiply-adds, so it runs the plain loops on one thread
+// (OpDef::single_threaded_up_to): with M = batch * m, the element count is
+// E = Mk + kn + Mn, and (Mnk)^2 = Mk * kn * Mn <= (E / 3)^3, so E <= 3 * 16^2
+// gives Mnk <= 16^3.
+constexpr int64_t kSmallMatmulElements = 3 * 16 * 16;
 
 void matmul_kernel(const KernelContext& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1], &out = c.outputs[0];
@@ -346,7 +352,8 @@ void register_matmul_ops(Registry& registry) {
                 .doc = "a @ b with NumPy semantics (batch axes broadcast, 1-D operands "
                        "promoted); transpose_a/transpose_b use the transpose of the last two "
                        "axes",
-                .uses_all_cores = true});
+                .uses_all_cores = true,
+                .single_threaded_up_to = kSmallMatmulElements});
   registry.add({.name = "linear",
                 .num_inputs = 3,
                 .attrs = onednn::activation_attrs(),

@@ -167,6 +167,32 @@ std::string matmul_error(Shape a, Shape b, Attrs attrs = {}) {
 }
 
 // Verifies that an inner-dimension mismatch names both shapes and dimensions.
+// Verifies the promise behind matmul's OpDef::single_threaded_up_to: every
+// call the dispatcher lets skip the all-cores lock has at most 16^3
+// multiply-adds, so matmul_kernel runs it in its plain loops (kSmallMatmul),
+// never in oneDNN's OpenMP team; and that products above it do use every core.
+TEST(MatmulTest, OnlyTinyProductsSkipTheAllCoresLock) {
+  const OpDef& matmul = Registry::global().get("matmul");
+  int64_t single_threaded = 0;
+  for (int64_t batch : {1, 2, 5}) {
+    for (int64_t m = 1; m <= 40; ++m) {
+      for (int64_t n = 1; n <= 40; ++n) {
+        for (int64_t k = 1; k <= 40; ++k) {
+          for (bool broadcast_b : {false, true}) {
+            int64_t elements = batch * m * k + (broadcast_b ? 1 : batch) * k * n + batch * m * n;
+            if (uses_all_cores(matmul, elements)) continue;
+            ++single_threaded;
+            ASSERT_LE(batch * m * n * k, 16 * 16 * 16)
+                << "batch " << batch << " m " << m << " n " << n << " k " << k;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(single_threaded, 0);
+  EXPECT_TRUE(uses_all_cores(matmul, 3 * 64 * 64));
+}
+
 TEST(MatmulTest, InnerDimensionMismatchIsNamed) {
   EXPECT_THAT(matmul_error({2, 3}, {4, 5}),
               HasSubstr("matmul: shapes [2, 3] and [4, 5] cannot be multiplied: inner "
