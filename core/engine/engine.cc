@@ -47,6 +47,11 @@ EngineOptions options_from_environment() {
     TANDEM_CHECK(absl::SimpleAtoi(text, &options.cpu_workers) && options.cpu_workers > 0,
                  "TANDEM_NUM_WORKERS='", text, "' is not a positive number of threads");
   }
+  if (const char* text = std::getenv("TANDEM_MAX_IN_FLIGHT")) {
+    TANDEM_CHECK(absl::SimpleAtoi(text, &options.max_in_flight) && options.max_in_flight >= 0,
+                 "TANDEM_MAX_IN_FLIGHT='", text,
+                 "' is not a number of ops (0 lets the frontend run ahead without bound)");
+  }
   return options;
 }
 

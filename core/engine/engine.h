@@ -139,8 +139,9 @@ class Engine {
 std::unique_ptr<Engine> make_engine(EngineKind kind, EngineOptions options = {});
 
 // The process-wide engine every Tensor uses. Created on first use from
-// TANDEM_ENGINE ("threaded", the default, or "naive") and TANDEM_NUM_WORKERS;
-// shut down (finishing pending work) at exit.
+// TANDEM_ENGINE ("threaded", the default, or "naive"), TANDEM_NUM_WORKERS and
+// TANDEM_MAX_IN_FLIGHT (EngineOptions); shut down (finishing pending work) at
+// exit.
 Engine& current();
 
 // Makes sure the process-wide engine finishes its pending work before static
