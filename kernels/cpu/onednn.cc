@@ -1,5 +1,10 @@
 #include "kernels/cpu/onednn.h"
 
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <utility>
+
 #include "core/engine/engine.h"
 #include "core/error.h"
 
@@ -65,6 +70,66 @@ void execute(const dnnl::primitive& primitive, const std::unordered_map<int, dnn
   try {
     dnnl::stream stream(cpu_engine());
     primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error&) {
+    rethrow_dnnl_error(what);
+  }
+}
+
+namespace {
+
+// The calling thread's scratch buffer number `slot`, at least `bytes` long
+// and 64-byte aligned (a cache line, what oneDNN's kernels prefer). Buffers
+// only grow: the convolutions of one model ask for the same sizes each step.
+void* scratch(size_t slot, size_t bytes) {
+  struct Free {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  struct Buffer {
+    std::unique_ptr<std::byte[], Free> data;
+    size_t size = 0;
+  };
+  thread_local std::vector<Buffer> buffers;
+  if (buffers.size() <= slot) buffers.resize(slot + 1);
+  Buffer& b = buffers[slot];
+  if (b.size < bytes) {
+    b.data.reset(new (std::align_val_t{64}) std::byte[bytes]);
+    b.size = bytes;
+  }
+  return b.data.get();
+}
+
+}  // namespace
+
+void execute_in_layouts(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
+                        std::initializer_list<TensorArg> inputs,
+                        std::initializer_list<TensorArg> outputs, std::string_view what) {
+  try {
+    dnnl::stream stream(cpu_engine());
+    std::unordered_map<int, dnnl::memory> args;
+    std::vector<std::pair<dnnl::memory, dnnl::memory>> converted_outputs;  // (scratch, tensor)
+    size_t slot = 0;
+    auto bind = [&](const TensorArg& a, bool is_input) {
+      dnnl::memory tensor = wrap(*a.tensor, a.layout);
+      dnnl::memory::desc wanted = pd.query_md(dnnl::query::exec_arg_md, a.id);
+      if (wanted == a.layout) {
+        args.emplace(a.id, tensor);
+        return;
+      }
+      dnnl::memory converted(wanted, cpu_engine(), scratch(slot++, wanted.get_size()));
+      if (is_input) {
+        dnnl::reorder(tensor, converted).execute(stream, tensor, converted);
+      } else {
+        converted_outputs.emplace_back(converted, tensor);
+      }
+      args.emplace(a.id, converted);
+    };
+    for (const TensorArg& a : inputs) bind(a, /*is_input=*/true);
+    for (const TensorArg& a : outputs) bind(a, /*is_input=*/false);
+    primitive.execute(stream, args);
+    for (auto& [converted, tensor] : converted_outputs) {
+      dnnl::reorder(converted, tensor).execute(stream, converted, tensor);
+    }
     stream.wait();
   } catch (const dnnl::error&) {
     rethrow_dnnl_error(what);

@@ -19,8 +19,9 @@
 // saved indices.
 //
 // float32 conv2d, max_pool2d and avg_pool2d forward and the conv backward
-// ops run on oneDNN with plain NCHW/OIHW layouts; the rest (and all float64)
-// are plain loops.
+// ops run on oneDNN (the convolutions in the blocked layouts oneDNN picks,
+// reordered from and to the tensors' NCHW/OIHW; Note [Blocked layouts] in
+// kernels/cpu/onednn.h); the rest (and all float64) are plain loops.
 //
 // conv2d also takes "activation" and "alpha", which only activation fusion
 // sets (Note [Fused activation] in kernels/cpu/onednn.h).
@@ -125,13 +126,17 @@ std::vector<TensorMeta> infer_conv2d(absl::Span<const TensorMeta> in, const Attr
   return {{g.out(), in[0].dtype}};
 }
 
-// oneDNN descriptors for one convolution.
+// oneDNN descriptors for one convolution: the tensors' plain layouts, and
+// what the primitive is described with (format_tag::any for the data and
+// weights where blocked layouts pay; Note [Blocked layouts] in
+// kernels/cpu/onednn.h).
 struct ConvDescs {
   dnnl::memory::desc src, weights, bias, dst;
+  dnnl::memory::desc any_src, any_weights, any_dst;
   dnnl::memory::dims strides, dilates, padding;
 };
 
-ConvDescs conv_descs(const Conv& g) {
+ConvDescs conv_descs(const Conv& g, bool blocked = true) {
   using namespace onednn;
   using tag = dnnl::memory::format_tag;
   ConvDescs d;
@@ -141,6 +146,12 @@ ConvDescs conv_descs(const Conv& g) {
                   : desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, tag::goihw);
   d.bias = desc({g.o}, tag::x);
   d.dst = desc({g.n, g.o, g.oh, g.ow}, tag::nchw);
+  auto any = [&](const dnnl::memory::desc& plain) {
+    return blocked ? desc(plain.dims(), tag::any) : plain;
+  };
+  d.any_src = any(d.src);
+  d.any_weights = any(d.weights);
+  d.any_dst = any(d.dst);
   d.strides = {g.stride[0], g.stride[1]};
   d.dilates = {g.dilation[0] - 1, g.dilation[1] - 1};  // oneDNN counts the gaps.
   d.padding = {g.padding[0], g.padding[1]};
@@ -151,8 +162,9 @@ dnnl::convolution_forward::primitive_desc conv_forward_pd(const ConvDescs& d, dn
                                                           const dnnl::primitive_attr& attr = {}) {
   return onednn::make_pd("convolution", [&] {
     return dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.src, d.weights,
-                                        d.bias, d.dst, d.strides, d.dilates, d.padding, d.padding),
+        dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.any_src,
+                                        d.any_weights, d.bias, d.any_dst, d.strides, d.dilates,
+                                        d.padding, d.padding),
         attr, onednn::cpu_engine());
   });
 }
@@ -198,14 +210,17 @@ void conv2d_kernel(const KernelContext& c) {
   visit_floating(x.dtype(), [&]<class T>() {
     if (std::is_same_v<T, float> && nonempty({&x, &w, &y})) {
       ConvDescs d = conv_descs(g);
+      // forward_training even where nothing will differentiate: for
+      // forward_inference oneDNN 2.6 picks brgconv with NHWC layouts, whose
+      // reorders from and to our NCHW cost 2-3x those of nChw16c, and which
+      // is 2x slower itself for a single input channel.
       auto pd =
-          conv_forward_pd(d, dnnl::prop_kind::forward_inference, onednn::post_op_attr(activation));
-      onednn::execute(dnnl::convolution_forward(pd),
-                      {{DNNL_ARG_SRC, onednn::wrap(x, d.src)},
-                       {DNNL_ARG_WEIGHTS, onednn::wrap(w, d.weights)},
-                       {DNNL_ARG_BIAS, onednn::wrap(b, d.bias)},
-                       {DNNL_ARG_DST, onednn::wrap(y, d.dst)}},
-                      "convolution");
+          conv_forward_pd(d, dnnl::prop_kind::forward_training, onednn::post_op_attr(activation));
+      onednn::execute_in_layouts(dnnl::convolution_forward(pd), pd,
+                                 {{DNNL_ARG_SRC, &x, d.src},
+                                  {DNNL_ARG_WEIGHTS, &w, d.weights},
+                                  {DNNL_ARG_BIAS, &b, d.bias}},
+                                 {{DNNL_ARG_DST, &y, d.dst}}, "convolution");
       return;
     }
     const T *px = x.data<T>(), *pw = w.data<T>(), *pb = b.data<T>();
@@ -233,20 +248,23 @@ void conv2d_backward_data_kernel(const KernelContext& c) {
   Conv g = conv_geometry(gx.shape(), w.shape(), c.attrs);
   visit_floating(gy.dtype(), [&]<class T>() {
     if (std::is_same_v<T, float> && nonempty({&gy, &w, &gx})) {
-      ConvDescs d = conv_descs(g);
+      // The blocked kernels compute grad_x in whole blocks of 16 channels;
+      // below 8 input channels per group the padding makes them slower than
+      // gemm on the plain layouts (1 channel, batch 128, 28x28 -> 32: 2.5 ms
+      // against 0.5 ms).
+      ConvDescs d = conv_descs(g, /*blocked=*/g.c / g.groups >= 8);
       auto hint = conv_forward_pd(d, dnnl::prop_kind::forward_training);
       auto pd = onednn::make_pd("convolution backward data", [&] {
         return dnnl::convolution_backward_data::primitive_desc(
-            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.src,
-                                                  d.weights, d.dst, d.strides, d.dilates, d.padding,
-                                                  d.padding),
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.any_src,
+                                                  d.any_weights, d.any_dst, d.strides, d.dilates,
+                                                  d.padding, d.padding),
             onednn::cpu_engine(), hint);
       });
-      onednn::execute(dnnl::convolution_backward_data(pd),
-                      {{DNNL_ARG_DIFF_DST, onednn::wrap(gy, d.dst)},
-                       {DNNL_ARG_WEIGHTS, onednn::wrap(w, d.weights)},
-                       {DNNL_ARG_DIFF_SRC, onednn::wrap(gx, d.src)}},
-                      "convolution backward data");
+      onednn::execute_in_layouts(
+          dnnl::convolution_backward_data(pd), pd,
+          {{DNNL_ARG_DIFF_DST, &gy, d.dst}, {DNNL_ARG_WEIGHTS, &w, d.weights}},
+          {{DNNL_ARG_DIFF_SRC, &gx, d.src}}, "convolution backward data");
       return;
     }
     const T *pgy = gy.data<T>(), *pw = w.data<T>();
@@ -277,17 +295,16 @@ void conv2d_backward_weight_kernel(const KernelContext& c) {
       auto hint = conv_forward_pd(d, dnnl::prop_kind::forward_training);
       auto pd = onednn::make_pd("convolution backward weights", [&] {
         return dnnl::convolution_backward_weights::primitive_desc(
-            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.src,
-                                                     d.weights, d.bias, d.dst, d.strides, d.dilates,
-                                                     d.padding, d.padding),
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.any_src,
+                                                     d.any_weights, d.bias, d.any_dst, d.strides,
+                                                     d.dilates, d.padding, d.padding),
             onednn::cpu_engine(), hint);
       });
-      onednn::execute(dnnl::convolution_backward_weights(pd),
-                      {{DNNL_ARG_SRC, onednn::wrap(x, d.src)},
-                       {DNNL_ARG_DIFF_DST, onednn::wrap(gy, d.dst)},
-                       {DNNL_ARG_DIFF_WEIGHTS, onednn::wrap(gw, d.weights)},
-                       {DNNL_ARG_DIFF_BIAS, onednn::wrap(gb, d.bias)}},
-                      "convolution backward weights");
+      onednn::execute_in_layouts(
+          dnnl::convolution_backward_weights(pd), pd,
+          {{DNNL_ARG_SRC, &x, d.src}, {DNNL_ARG_DIFF_DST, &gy, d.dst}},
+          {{DNNL_ARG_DIFF_WEIGHTS, &gw, d.weights}, {DNNL_ARG_DIFF_BIAS, &gb, d.bias}},
+          "convolution backward weights");
       return;
     }
     const T *px = x.data<T>(), *pgy = gy.data<T>();
@@ -369,42 +386,79 @@ void pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, cons
           "pooling");
 }
 
-// Calls f(out_index, plane_offset, iy0, iy1, ix0, ix1) for every output
-// element, with its window clipped to the input. Planes (one image's one
-// channel) are split across the cores: a window reads and writes only its own
-// plane, so `f` may write there without locks.
+// Calls f(plane) for every plane (one image's one channel), with the planes
+// split across the cores: a window reads and writes only its own plane, so
+// `f` may write there without locks.
 template <class F>
-void for_each_window(const Pool& p, F f) {
+void for_each_plane(const Pool& p, F f) {
   // About kCheapGrain input elements per share of the work.
   const int64_t planes_per_grain =
       std::max<int64_t>(1, kCheapGrain / std::max<int64_t>(1, p.h * p.w));
   parallel_for(p.n * p.c, planes_per_grain, [&](int64_t begin, int64_t end) {
-    for (int64_t plane = begin; plane < end; ++plane) {
-      for (int64_t oy = 0; oy < p.oh; ++oy) {
-        const int64_t y0 = oy * p.stride[0] - p.padding[0];
-        const int64_t iy0 = std::max<int64_t>(y0, 0), iy1 = std::min(y0 + p.kernel[0], p.h);
-        for (int64_t ox = 0; ox < p.ow; ++ox) {
-          const int64_t x0 = ox * p.stride[1] - p.padding[1];
-          const int64_t ix0 = std::max<int64_t>(x0, 0), ix1 = std::min(x0 + p.kernel[1], p.w);
-          f((plane * p.oh + oy) * p.ow + ox, plane * p.h * p.w, iy0, iy1, ix0, ix1);
-        }
-      }
-    }
+    for (int64_t plane = begin; plane < end; ++plane) f(plane);
   });
 }
 
-// The offset (within its plane) of the first maximum of a window; NaN wins.
+// Calls f(out, iy0, iy1, ix0, ix1) for every window of one plane: `out` is
+// the window's output within the plane, the rest its bounds clipped to the
+// input.
+template <class F>
+void for_each_window_in_plane(const Pool& p, F f) {
+  for (int64_t oy = 0; oy < p.oh; ++oy) {
+    const int64_t y0 = oy * p.stride[0] - p.padding[0];
+    const int64_t iy0 = std::max<int64_t>(y0, 0), iy1 = std::min(y0 + p.kernel[0], p.h);
+    for (int64_t ox = 0; ox < p.ow; ++ox) {
+      const int64_t x0 = ox * p.stride[1] - p.padding[1];
+      const int64_t ix0 = std::max<int64_t>(x0, 0), ix1 = std::min(x0 + p.kernel[1], p.w);
+      f(oy * p.ow + ox, iy0, iy1, ix0, ix1);
+    }
+  }
+}
+
 template <class T>
+bool any_nan(const T* data, int64_t count) {
+  unsigned nan = 0;  // No early exit, and not a bool, so that the loop vectorizes.
+  for (int64_t i = 0; i < count; ++i) nan |= std::isnan(data[i]);
+  return nan != 0;
+}
+
+// The offset (within its plane) of the first maximum of a window; NaN wins.
+// kNanAware = false is for planes known to hold no NaN: its plain comparison
+// compiles to branch-free selects, while the NaN-aware one branches on the
+// data, and on random activations those branches mispredict so often that
+// the backward pass of a 2x2 pooling takes ~4x as long.
+template <bool kNanAware, class T>
 int64_t window_argmax(const T* plane, int64_t width, int64_t iy0, int64_t iy1, int64_t ix0,
                       int64_t ix1) {
   int64_t best = iy0 * width + ix0;
+  T best_value = plane[best];
   for (int64_t iy = iy0; iy < iy1; ++iy) {
     for (int64_t ix = ix0; ix < ix1; ++ix) {
-      T v = plane[iy * width + ix];
-      if (v > plane[best] || (std::isnan(v) && !std::isnan(plane[best]))) best = iy * width + ix;
+      const T v = plane[iy * width + ix];
+      const bool take =
+          kNanAware ? v > best_value || (std::isnan(v) && !std::isnan(best_value)) : v > best_value;
+      best = take ? iy * width + ix : best;
+      best_value = take ? v : best_value;
     }
   }
   return best;
+}
+
+// Calls f(out, argmax) for every window of one plane `x` (argmax: the offset
+// of the window's first maximum within the plane).
+template <class T, class F>
+void for_each_window_argmax(const Pool& p, const T* x, F f) {
+  auto each = [&]<bool kNanAware>() {
+    for_each_window_in_plane(p,
+                             [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+                               f(out, window_argmax<kNanAware>(x, p.w, iy0, iy1, ix0, ix1));
+                             });
+  };
+  if (any_nan(x, p.h * p.w)) {
+    each.template operator()<true>();
+  } else {
+    each.template operator()<false>();
+  }
 }
 
 void max_pool2d_kernel(const KernelContext& c) {
@@ -415,12 +469,11 @@ void max_pool2d_kernel(const KernelContext& c) {
     if constexpr (std::is_same_v<T, float>) {
       pool_onednn(p, dnnl::algorithm::pooling_max, x, y);
     } else {
-      const T* px = x.data<T>();
-      T* py = y.data<T>();
-      for_each_window(
-          p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
-            py[out] = px[plane + window_argmax(px + plane, p.w, iy0, iy1, ix0, ix1)];
-          });
+      for_each_plane(p, [&](int64_t plane) {
+        const T* px = x.data<T>() + plane * p.h * p.w;
+        T* py = y.data<T>() + plane * p.oh * p.ow;
+        for_each_window_argmax(p, px, [&](int64_t out, int64_t argmax) { py[out] = px[argmax]; });
+      });
     }
   });
 }
@@ -433,17 +486,19 @@ void avg_pool2d_kernel(const KernelContext& c) {
     if constexpr (std::is_same_v<T, float>) {
       pool_onednn(p, dnnl::algorithm::pooling_avg_include_padding, x, y);
     } else {
-      const T* px = x.data<T>();
-      T* py = y.data<T>();
       const T divisor = static_cast<T>(p.kernel[0] * p.kernel[1]);
-      for_each_window(
-          p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
-            T sum = 0;
-            for (int64_t iy = iy0; iy < iy1; ++iy) {
-              for (int64_t ix = ix0; ix < ix1; ++ix) sum += px[plane + iy * p.w + ix];
-            }
-            py[out] = sum / divisor;
-          });
+      for_each_plane(p, [&](int64_t plane) {
+        const T* px = x.data<T>() + plane * p.h * p.w;
+        T* py = y.data<T>() + plane * p.oh * p.ow;
+        for_each_window_in_plane(
+            p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+              T sum = 0;
+              for (int64_t iy = iy0; iy < iy1; ++iy) {
+                for (int64_t ix = ix0; ix < ix1; ++ix) sum += px[iy * p.w + ix];
+              }
+              py[out] = sum / divisor;
+            });
+      });
     }
   });
 }
@@ -461,15 +516,17 @@ std::vector<TensorMeta> infer_max_pool2d_backward(absl::Span<const TensorMeta> i
 void max_pool2d_backward_kernel(const KernelContext& c) {
   const Tensor &x = c.inputs[0], &gy = c.inputs[1], &gx = c.outputs[0];
   Pool p = pool_geometry(x.shape(), c.attrs);
+  if (gx.numel() == 0) return;
   visit_floating(x.dtype(), [&]<class T>() {
-    const T *px = x.data<T>(), *pgy = gy.data<T>();
-    T* pgx = gx.data<T>();
-    parallel_for(gx.numel(), kCheapGrain,
-                 [&](int64_t begin, int64_t end) { std::fill(pgx + begin, pgx + end, T{0}); });
-    for_each_window(
-        p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
-          pgx[plane + window_argmax(px + plane, p.w, iy0, iy1, ix0, ix1)] += pgy[out];
-        });
+    for_each_plane(p, [&](int64_t plane) {
+      const T* px = x.data<T>() + plane * p.h * p.w;
+      const T* pgy = gy.data<T>() + plane * p.oh * p.ow;
+      T* pgx = gx.data<T>() + plane * p.h * p.w;
+      // Zeroed plane by plane rather than in a pass of its own, so that the
+      // plane is still in cache when the windows add to it.
+      std::fill(pgx, pgx + p.h * p.w, T{0});
+      for_each_window_argmax(p, px, [&](int64_t out, int64_t argmax) { pgx[argmax] += pgy[out]; });
+    });
   });
 }
 
@@ -487,18 +544,19 @@ void avg_pool2d_backward_kernel(const KernelContext& c) {
   const Tensor &gy = c.inputs[0], &gx = c.outputs[0];
   Pool p = pool_geometry(gx.shape(), c.attrs);
   visit_floating(gy.dtype(), [&]<class T>() {
-    const T* pgy = gy.data<T>();
-    T* pgx = gx.data<T>();
-    parallel_for(gx.numel(), kCheapGrain,
-                 [&](int64_t begin, int64_t end) { std::fill(pgx + begin, pgx + end, T{0}); });
     const T divisor = static_cast<T>(p.kernel[0] * p.kernel[1]);
-    for_each_window(
-        p, [&](int64_t out, int64_t plane, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
-          const T share = pgy[out] / divisor;
-          for (int64_t iy = iy0; iy < iy1; ++iy) {
-            for (int64_t ix = ix0; ix < ix1; ++ix) pgx[plane + iy * p.w + ix] += share;
-          }
-        });
+    for_each_plane(p, [&](int64_t plane) {
+      const T* pgy = gy.data<T>() + plane * p.oh * p.ow;
+      T* pgx = gx.data<T>() + plane * p.h * p.w;
+      std::fill(pgx, pgx + p.h * p.w, T{0});  // In cache for the windows, as above.
+      for_each_window_in_plane(
+          p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+            const T share = pgy[out] / divisor;
+            for (int64_t iy = iy0; iy < iy1; ++iy) {
+              for (int64_t ix = ix0; ix < ix1; ++ix) pgx[iy * p.w + ix] += share;
+            }
+          });
+    });
   });
 }
 
