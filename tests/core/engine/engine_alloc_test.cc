@@ -30,6 +30,13 @@ class EngineAllocationTest : public ::testing::TestWithParam<EngineConfig> {};
 // make (almost) no heap allocation; what remains is the pools growing when
 // the threads' caches happen to be uneven, a few times per 10^4 ops.
 TEST_P(EngineAllocationTest, PushAllocatesNothingInSteadyState) {
+  // Before the engine exists: its workers allocate as they start (their
+  // names), which would race with this probe.
+  int64_t probe = allocations.load();
+  std::vector<int> counted(10);
+  probe_sink = counted.data();
+  ASSERT_EQ(allocations.load() - probe, 1) << "operator new is not being counted";
+
   auto engine = GetParam().make();
   VarSet v(*engine, 8);
   int64_t sink[8] = {};
@@ -41,11 +48,6 @@ TEST_P(EngineAllocationTest, PushAllocatesNothingInSteadyState) {
     }
     engine->wait_all();
   };
-  int64_t probe = allocations.load();
-  std::vector<int> counted(10);
-  probe_sink = counted.data();
-  ASSERT_EQ(allocations.load() - probe, 1) << "operator new is not being counted";
-
   push_round(20'000);  // Warm-up: pools and queues reach their working size.
   // A pool grows only when the number of ops in flight reaches a new high,
   // which a loaded machine (workers descheduled while the frontend pushes)
