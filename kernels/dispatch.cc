@@ -60,10 +60,12 @@ bool is_tiny(const OpDef& op, int64_t elements) {
   return !uses_all_cores(op, elements) && elements <= kTinyElements;
 }
 
-int64_t elements_of(const KernelContext& context) {
+// Elements a call touches, inputs and outputs together: the size that
+// decides is_tiny and uses_all_cores.
+int64_t elements_of(absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs) {
   int64_t elements = 0;
-  for (const Tensor& t : context.inputs) elements += t.numel();
-  for (const Tensor& t : context.outputs) elements += t.numel();
+  for (const Tensor& t : inputs) elements += t.numel();
+  for (const Tensor& t : outputs) elements += t.numel();
   return elements;
 }
 
@@ -99,7 +101,7 @@ bool uses_all_cores(const OpDef& op, int64_t elements) {
 }
 
 void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) {
-  if (uses_all_cores(op, elements_of(context))) {
+  if (uses_all_cores(op, elements_of(context.inputs, context.outputs))) {
     AllCoresLock lock;  // See Note [Thread budget].
     kernel(context);
     note_first_run(op);
@@ -155,15 +157,9 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
   }
 
   absl::InlinedVector<engine::Var*, 4> reads, writes;
-  int64_t elements = 0;
-  for (const Tensor& t : inputs) {
-    reads.push_back(t.var());
-    elements += t.numel();
-  }
-  for (const Tensor& t : outputs) {
-    writes.push_back(t.var());
-    elements += t.numel();
-  }
+  for (const Tensor& t : inputs) reads.push_back(t.var());
+  for (const Tensor& t : outputs) writes.push_back(t.var());
+  const int64_t elements = elements_of(inputs, outputs);
   engine::OpFn run = [call = std::move(kernel_call)](const engine::RunContext& context) {
     run_kernel(*call->op, call->kernel,
                KernelContext{call->inputs, call->outputs, call->attrs, context});

@@ -7,7 +7,6 @@
 #include "core/engine/object_pool.h"
 #include "core/engine/running_op.h"
 #include "core/profiler.h"
-#include "core/spinlock.h"
 
 namespace tandem::engine {
 namespace {
