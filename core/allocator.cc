@@ -2,11 +2,15 @@
 
 #include <bit>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/spinlock.h"
 
@@ -24,8 +28,18 @@ size_t size_class(size_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
-class CachingCpuAllocator final : public Allocator {
+// Where a caching allocator gets blocks from and returns them to.
+struct BlockSource {
+  std::string name;  // For messages: "cpu", "cuda:0", "pinned host memory".
+  // Null when the system refuses.
+  std::function<void*(size_t)> allocate;
+  std::function<void(void*)> free;
+};
+
+class CachingAllocator final : public Allocator {
  public:
+  explicit CachingAllocator(BlockSource source) : source_(std::move(source)) {}
+
   void* allocate(size_t nbytes) override {
     if (nbytes > kMaxRequest) fail(nbytes);
     size_t size = size_class(nbytes);
@@ -62,7 +76,7 @@ class CachingCpuAllocator final : public Allocator {
   void empty_cache() override {
     std::lock_guard lock(mu_);
     for (auto& [size, blocks] : free_) {
-      for (void* block : blocks) std::free(block);
+      for (void* block : blocks) source_.free(block);
     }
     free_.clear();
     stats_.cached = 0;
@@ -92,10 +106,7 @@ class CachingCpuAllocator final : public Allocator {
       if (stats_.limit != 0 && stats_.in_use + stats_.cached + size > stats_.limit) return nullptr;
       note_in_use(size);
     }
-    // malloc-style allocation (not operator new): it returns null on failure,
-    // also under AddressSanitizer with allocator_may_return_null=1, so
-    // out-of-memory stays a catchable Error.
-    void* block = std::aligned_alloc(kStorageAlignment, size);
+    void* block = source_.allocate(size);
     if (block == nullptr) {
       std::lock_guard lock(mu_);
       stats_.in_use -= size;
@@ -105,8 +116,8 @@ class CachingCpuAllocator final : public Allocator {
 
   [[noreturn]] void fail(size_t size) const {
     AllocatorStats now = stats();
-    TANDEM_CHECK(false, "out of memory on cpu: cannot allocate ", format_bytes(size), " (in use ",
-                 format_bytes(now.in_use), ", cached ", format_bytes(now.cached),
+    TANDEM_CHECK(false, "out of memory on ", source_.name, ": cannot allocate ", format_bytes(size),
+                 " (in use ", format_bytes(now.in_use), ", cached ", format_bytes(now.cached),
                  now.limit ? str_cat(", limit ", format_bytes(now.limit)) : "", ")");
     __builtin_unreachable();
   }
@@ -116,19 +127,59 @@ class CachingCpuAllocator final : public Allocator {
     if (stats_.in_use > stats_.peak_in_use) stats_.peak_in_use = stats_.in_use;
   }
 
+  const BlockSource source_;
   mutable Spinlock mu_;  // See Note [Why spin] in core/spinlock.h.
   absl::flat_hash_map<size_t, std::vector<void*>> free_;
   AllocatorStats stats_;
 };
 
+// Host memory: malloc-style allocation (not operator new) returns null on
+// failure, also under AddressSanitizer with allocator_may_return_null=1, so
+// out-of-memory stays a catchable Error.
+BlockSource host_memory() {
+  return {.name = "cpu",
+          .allocate = [](size_t size) { return std::aligned_alloc(kStorageAlignment, size); },
+          .free = [](void* block) { std::free(block); }};
+}
+
+// Note [Device memory in stream order]
+// A block a CUDA tensor frees goes back to the cache once the last op on it
+// has been launched, possibly before that op has run; the next tensor that
+// takes the block is written only by ops launched later on the same stream,
+// which run after it. So the cache needs no event per block, as in
+// PyTorch's allocator for a single stream. cudaFree, which empty_cache
+// calls, waits for the device itself.
+BlockSource device_memory(int device) {
+  return {.name = Device::cuda(device).to_string(),
+          .allocate = [device](size_t size) { return cuda::device_malloc(device, size); },
+          .free = [device](void* block) { cuda::device_free(device, block); }};
+}
+
 }  // namespace
 
 Allocator& allocator_for(Device device) {
-  TANDEM_CHECK(device.is_cpu(), "no allocator for device ", device.to_string(),
-               ": this build allocates on the CPU only");
   // Never destroyed: tensors in static objects are freed after main returns.
-  static auto* cpu = new CachingCpuAllocator;
-  return *cpu;
+  static auto* cpu = new CachingAllocator(host_memory());
+  if (device.is_cpu()) return *cpu;
+  static auto* cuda_devices = [] {
+    auto* allocators = new std::vector<std::unique_ptr<CachingAllocator>>;
+    for (int i = 0; i < cuda_device_count(); ++i) {
+      allocators->push_back(std::make_unique<CachingAllocator>(device_memory(i)));
+    }
+    return allocators;
+  }();
+  TANDEM_CHECK(device.index() >= 0 && device.index() < static_cast<int>(cuda_devices->size()),
+               "no allocator for device ", device.to_string(), ": this machine has ",
+               cuda_devices->size(), " CUDA device(s)");
+  return *(*cuda_devices)[device.index()];
+}
+
+Allocator& pinned_host_allocator() {
+  TANDEM_CHECK(cuda_device_count() > 0,
+               "pinned host memory needs a CUDA device; this machine has none");
+  static auto* pinned = new CachingAllocator(
+      {.name = "pinned host memory", .allocate = cuda::pinned_malloc, .free = cuda::pinned_free});
+  return *pinned;
 }
 
 std::string format_bytes(size_t bytes) {

@@ -53,8 +53,14 @@ class Allocator {
 };
 
 // The allocator of `device`. Throws tandem::Error for devices this build
-// cannot allocate on.
+// cannot allocate on. A CUDA device's blocks are reused in stream order (Note
+// [Device memory in stream order] in allocator.cc).
 Allocator& allocator_for(Device device);
+
+// Page-locked host memory, for CPU tensors that copies to and from a CUDA
+// device read or write without a staging copy (Tensor::pin_memory). Throws
+// tandem::Error on a machine without a CUDA device.
+Allocator& pinned_host_allocator();
 
 // "1.5 MiB": byte counts for messages.
 std::string format_bytes(size_t bytes);

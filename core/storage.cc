@@ -2,21 +2,31 @@
 
 #include "core/allocator.h"
 #include "core/engine/engine.h"
+#include "core/error.h"
 
 namespace tandem {
+namespace {
 
-Storage::Storage(size_t nbytes, Device device)
-    : data_(allocator_for(device).allocate(nbytes)),
+Allocator& allocator_of(Device device, bool pinned) {
+  TANDEM_INTERNAL_ASSERT(!pinned || device.is_cpu(), "pinned memory on ", device.to_string());
+  return pinned ? pinned_host_allocator() : allocator_for(device);
+}
+
+}  // namespace
+
+Storage::Storage(size_t nbytes, Device device, bool pinned)
+    : data_(allocator_of(device, pinned).allocate(nbytes)),
       nbytes_(nbytes),
       device_(device),
-      var_(engine::new_var()) {}
+      pinned_(pinned),
+      var_(engine::new_var(device)) {}
 
 Storage::~Storage() {
   // See Note [Freeing memory that ops still use].
-  engine::current().delete_var(
-      var_, [data = data_, nbytes = nbytes_, device = device_](const engine::RunContext&) {
-        allocator_for(device).deallocate(data, nbytes);
-      });
+  engine::current().delete_var(var_, [data = data_, nbytes = nbytes_, device = device_,
+                                      pinned = pinned_](const engine::RunContext&) {
+    allocator_of(device, pinned).deallocate(data, nbytes);
+  });
 }
 
 }  // namespace tandem

@@ -26,8 +26,9 @@ class Var;
 class Storage {
  public:
   // Allocates `nbytes` on `device` from its caching allocator; throws
-  // tandem::Error when memory runs out.
-  Storage(size_t nbytes, Device device);
+  // tandem::Error when memory runs out. `pinned` (CPU only): page-locked
+  // memory, which copies to a CUDA device read without staging.
+  Storage(size_t nbytes, Device device, bool pinned = false);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -35,12 +36,14 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
   engine::Var* var() const { return var_; }
 
  private:
   void* data_;
   size_t nbytes_;
   Device device_;
+  bool pinned_;
   engine::Var* var_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/cuda/runtime.h"
 #include "core/engine/engine.h"
 #include "core/engine/object_pool.h"
 #include "core/error.h"
@@ -200,6 +201,46 @@ void Tensor::assign_(const Tensor& value, std::source_location where) const {
   if (TensorObserver* observer = current_tensor_observer()) observer->on_assign(*this, value);
 }
 
+namespace {
+
+// `t`'s values in host memory, for reading them: `t` itself on the CPU; for a
+// GPU tensor a copy, pushed on its device like any op.
+Tensor on_host(const Tensor& t, const std::source_location& where) {
+  if (t.device().is_cpu()) return t;
+  Tensor host = Tensor::empty(t.shape(), t.dtype(), Device::cpu());
+  engine::current().push(
+      [from = t.snapshot(), to = host.snapshot()](const engine::RunContext& context) {
+        if (from.nbytes() != 0) {
+          cuda::copy_async(to.raw_data(), from.raw_data(), from.nbytes(), context.stream);
+        }
+      },
+      t.device(), {t.var()}, {host.var()}, "copy_to_host", where);
+  return host;
+}
+
+}  // namespace
+
+Tensor Tensor::pin_memory(std::source_location where) const {
+  CallSiteScope site("pin_memory", where);
+  TANDEM_CHECK(device().is_cpu(), "only CPU tensors can be pinned; this one is on ",
+               device().to_string());
+  if (is_pinned()) return *this;
+  auto impl = new_impl();
+  impl->storage =
+      std::allocate_shared<Storage>(engine::PoolAllocator<Storage>(), nbytes(), device(), true);
+  impl->shape = shape();
+  impl->dtype = dtype();
+  Tensor pinned(std::move(impl));
+  engine::current().push(
+      [from = snapshot(), to = pinned.snapshot()](const engine::RunContext&) {
+        if (from.nbytes() != 0) std::memcpy(to.raw_data(), from.raw_data(), from.nbytes());
+      },
+      Device::cpu(), {var()}, {pinned.var()}, "pin_memory", where);
+  return pinned;
+}
+
+bool Tensor::is_pinned() const { return storage()->pinned(); }
+
 void Tensor::wait_to_read(std::source_location where) const {
   CallSiteScope site("wait_to_read", where);
   notify_value_read(*this, "wait_to_read", where);
@@ -211,8 +252,9 @@ std::vector<T> Tensor::to_vector(std::source_location where) const {
   CallSiteScope site("to_vector", where);
   check_dtype<T>(*this, "to_vector");
   notify_value_read(*this, "to_vector", where);
-  engine::current().wait(var());
-  const T* begin = static_cast<const T*>(raw_data());
+  Tensor host = on_host(*this, where);
+  engine::current().wait(host.var());
+  const T* begin = static_cast<const T*>(host.raw_data());
   return std::vector<T>(begin, begin + numel());
 }
 
@@ -223,17 +265,19 @@ T Tensor::item(std::source_location where) const {
                shape().to_string());
   check_dtype<T>(*this, "item");
   notify_value_read(*this, "item", where);
-  engine::current().wait(var());
-  return *static_cast<const T*>(raw_data());
+  Tensor host = on_host(*this, where);
+  engine::current().wait(host.var());
+  return *static_cast<const T*>(host.raw_data());
 }
 
 std::string Tensor::to_string() const {
   if (!defined()) return "Tensor(undefined)";
   notify_value_read(*this, "to_string", current_call_site().where);
-  engine::current().wait(var());
+  Tensor host = on_host(*this, current_call_site().where);
+  engine::current().wait(host.var());
   std::string out = str_cat("Tensor", shape().to_string(), " ", dtype_name(dtype()), " ",
                             device().to_string(), "\n");
-  append_values(out, *this, 0, 0, numel() > kSummaryThreshold);
+  append_values(out, host, 0, 0, numel() > kSummaryThreshold);
   return out;
 }
 

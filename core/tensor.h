@@ -126,11 +126,23 @@ class Tensor {
   void assign_(const Tensor& value,
                std::source_location where = std::source_location::current()) const;
 
+  // A copy on `device` (this tensor itself when it is there already), made
+  // by the to_device op, so autograd and the tracer see it: gradients flow
+  // back to this tensor's device. Implemented by eager/ops.cc.
+  Tensor to(Device device, std::source_location where = std::source_location::current()) const;
+
+  // A copy in page-locked host memory, which copies to a CUDA device read
+  // without staging (and so without holding up the device's worker); this
+  // tensor itself if it is pinned. CPU tensors only; needs a CUDA device.
+  Tensor pin_memory(std::source_location where = std::source_location::current()) const;
+  bool is_pinned() const;
+
   // Blocks until every pushed write of this tensor's storage has finished;
   // throws the failure of the op that produced it, if any.
   void wait_to_read(std::source_location where = std::source_location::current()) const;
 
-  // Waits, then copies the elements out; T must match the dtype.
+  // Waits, then copies the elements out (from a GPU too); T must match the
+  // dtype.
   template <class T>
   std::vector<T> to_vector(std::source_location where = std::source_location::current()) const;
   // Waits, then returns the only element; throws unless numel() == 1.

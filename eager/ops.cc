@@ -150,28 +150,52 @@ Tensor expand(const Tensor& x, const Dims& shape, Location where) {
   return run("expand", {x}, {{"shape", shape}}, where);
 }
 
-Tensor zeros(const Dims& shape, DType dtype, Location where) {
-  return run("zeros", {}, {{"shape", shape}, {"dtype", dtype}}, where);
-}
-Tensor ones(const Dims& shape, DType dtype, Location where) {
-  return run("ones", {}, {{"shape", shape}, {"dtype", dtype}}, where);
-}
-Tensor full(const Dims& shape, double value, DType dtype, Location where) {
-  return run("full", {}, {{"shape", shape}, {"dtype", dtype}, {"value", value}}, where);
-}
-Tensor arange(double start, double stop, double step, DType dtype, Location where) {
-  return run("arange", {}, {{"start", start}, {"stop", stop}, {"step", step}, {"dtype", dtype}},
+Tensor zeros(const Dims& shape, DType dtype, Device device, Location where) {
+  return run("zeros", {}, {{"shape", shape}, {"dtype", dtype}, {"device", device.to_string()}},
              where);
 }
-Tensor rand(const Dims& shape, DType dtype, Location where) {
+Tensor ones(const Dims& shape, DType dtype, Device device, Location where) {
+  return run("ones", {}, {{"shape", shape}, {"dtype", dtype}, {"device", device.to_string()}},
+             where);
+}
+Tensor full(const Dims& shape, double value, DType dtype, Device device, Location where) {
+  return run("full", {},
+             {{"shape", shape}, {"dtype", dtype}, {"value", value}, {"device", device.to_string()}},
+             where);
+}
+Tensor arange(double start, double stop, double step, DType dtype, Device device, Location where) {
+  return run("arange", {},
+             {{"start", start},
+              {"stop", stop},
+              {"step", step},
+              {"dtype", dtype},
+              {"device", device.to_string()}},
+             where);
+}
+Tensor rand(const Dims& shape, DType dtype, Device device, Location where) {
   return run("rand", {},
-             {{"shape", shape}, {"dtype", dtype}, {"seed", static_cast<int64_t>(next_seed())}},
+             {{"shape", shape},
+              {"dtype", dtype},
+              {"seed", static_cast<int64_t>(next_seed())},
+              {"device", device.to_string()}},
              where);
 }
-Tensor randn(const Dims& shape, DType dtype, Location where) {
+Tensor randn(const Dims& shape, DType dtype, Device device, Location where) {
   return run("randn", {},
-             {{"shape", shape}, {"dtype", dtype}, {"seed", static_cast<int64_t>(next_seed())}},
+             {{"shape", shape},
+              {"dtype", dtype},
+              {"seed", static_cast<int64_t>(next_seed())},
+              {"device", device.to_string()}},
              where);
+}
+
+Tensor to(const Tensor& x, Device device, Location where) {
+  if (x.device() == device) return x;
+  return run("to_device", {x}, {{"device", device.to_string()}}, where);
+}
+
+Tensor Tensor::to(Device device, std::source_location where) const {
+  return tandem::to(*this, device, where);
 }
 
 void manual_seed(uint64_t seed) {

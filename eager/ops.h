@@ -90,14 +90,25 @@ Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, TANDEM_HER
 Tensor pad(const Tensor& x, const Dims& pads, double value = 0, TANDEM_HERE);
 Tensor expand(const Tensor& x, const Dims& shape, TANDEM_HERE);
 
-// ---- Creation. Random ops draw a seed from the global generator. ----
-Tensor zeros(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
-Tensor ones(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
-Tensor full(const Dims& shape, double value, DType dtype = DType::kFloat32, TANDEM_HERE);
+// ---- Creation, on the CPU unless told otherwise. Random ops draw a seed
+// from the global generator; the same seed gives the same values on every
+// device. ----
+// A copy of x on `device` (x itself when it is there already); gradients
+// flow back to x's device. Also x.to(device).
+Tensor to(const Tensor& x, Device device, TANDEM_HERE);
+
+Tensor zeros(const Dims& shape, DType dtype = DType::kFloat32, Device device = Device::cpu(),
+             TANDEM_HERE);
+Tensor ones(const Dims& shape, DType dtype = DType::kFloat32, Device device = Device::cpu(),
+            TANDEM_HERE);
+Tensor full(const Dims& shape, double value, DType dtype = DType::kFloat32,
+            Device device = Device::cpu(), TANDEM_HERE);
 Tensor arange(double start, double stop, double step = 1, DType dtype = DType::kFloat32,
-              TANDEM_HERE);
-Tensor rand(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
-Tensor randn(const Dims& shape, DType dtype = DType::kFloat32, TANDEM_HERE);
+              Device device = Device::cpu(), TANDEM_HERE);
+Tensor rand(const Dims& shape, DType dtype = DType::kFloat32, Device device = Device::cpu(),
+            TANDEM_HERE);
+Tensor randn(const Dims& shape, DType dtype = DType::kFloat32, Device device = Device::cpu(),
+             TANDEM_HERE);
 // Seeds the global generator: the same seed gives the same random ops.
 void manual_seed(uint64_t seed);
 // The next seed from the global generator (what rand and friends use).

@@ -69,13 +69,20 @@ int64_t elements_of(absl::Span<const Tensor> inputs, absl::Span<const Tensor> ou
   return elements;
 }
 
+// A rank-0 CPU tensor is a scalar operand, welcome beside tensors on any
+// device (as in PyTorch): gradient formulas use such constants.
+bool is_cpu_scalar(const Tensor& t) { return t.device().is_cpu() && t.rank() == 0; }
+
+// The device of the inputs, ignoring CPU scalars unless all are.
 Device common_device(absl::Span<const Tensor> inputs) {
-  if (inputs.empty()) return Device::cpu();
-  Device device = inputs[0].device();
-  for (size_t i = 1; i < inputs.size(); ++i) {
-    TANDEM_CHECK(inputs[i].device() == device, "input ", i, " is on ",
-                 inputs[i].device().to_string(), " but input 0 is on ", device.to_string(),
-                 "; move tensors to one device first");
+  size_t first = 0;
+  while (first < inputs.size() && is_cpu_scalar(inputs[first])) ++first;
+  if (first == inputs.size()) return Device::cpu();
+  Device device = inputs[first].device();
+  for (size_t i = first + 1; i < inputs.size(); ++i) {
+    TANDEM_CHECK(inputs[i].device() == device || is_cpu_scalar(inputs[i]), "input ", i, " is on ",
+                 inputs[i].device().to_string(), " but input ", first, " is on ",
+                 device.to_string(), "; move tensors to one device first");
   }
   return device;
 }
@@ -101,7 +108,8 @@ bool uses_all_cores(const OpDef& op, int64_t elements) {
 }
 
 void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) {
-  if (uses_all_cores(op, elements_of(context.inputs, context.outputs))) {
+  if (context.run.device.is_cpu() &&
+      uses_all_cores(op, elements_of(context.inputs, context.outputs))) {
     AllCoresLock lock;  // See Note [Thread budget].
     kernel(context);
     note_first_run(op);
@@ -109,6 +117,25 @@ void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) 
     kernel(context);
   }
 }
+
+namespace {
+
+// call() for an op on a GPU with CPU scalar operands: moves them to the
+// device first, as ops of their own (which autograd and the tracer see).
+std::vector<Tensor> call_with_scalars_on(Device device, const OpDef& op,
+                                         absl::Span<const Tensor> inputs, const Attrs& attrs,
+                                         const std::source_location& where) {
+  absl::InlinedVector<Tensor, 4> moved(inputs.begin(), inputs.end());
+  for (Tensor& t : moved) {
+    if (is_cpu_scalar(t)) {
+      t = call(Registry::global().get("to_device"), {t}, Attrs{{"device", device.to_string()}},
+               where)[0];
+    }
+  }
+  return call(op, moved, attrs, where);
+}
+
+}  // namespace
 
 std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
                          const std::source_location& where) {
@@ -122,14 +149,22 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
   for (size_t i = 0; i < inputs.size(); ++i) {
     TANDEM_CHECK(inputs[i].defined(), "input ", i, " is an undefined tensor");
   }
-  Device device = common_device(inputs);
-  KernelFn kernel = device.is_cpu() ? op.cpu : op.cuda;
-  TANDEM_CHECK(kernel != nullptr, "has no kernel for ", device.to_string());
+  const Device device = common_device(inputs);
+  Attrs resolved = resolve_attrs(op, attrs);
+  const Device output_device = op.output_device ? op.output_device(resolved) : device;
+  const Device run_device = output_device.is_cuda() ? output_device : device;
+  KernelFn kernel = run_device.is_cpu() ? op.cpu : op.cuda;
+  TANDEM_CHECK(kernel != nullptr, "has no kernel for ", run_device.to_string());
+  if (device.is_cuda()) {
+    for (const Tensor& t : inputs) {
+      if (is_cpu_scalar(t)) return call_with_scalars_on(device, op, inputs, resolved, where);
+    }
+  }
 
   auto kernel_call = std::allocate_shared<KernelCall>(engine::PoolAllocator<KernelCall>());
   kernel_call->op = &op;
   kernel_call->kernel = kernel;
-  kernel_call->attrs = resolve_attrs(op, attrs);
+  kernel_call->attrs = std::move(resolved);
   // Snapshots: a kernel must read the data its vars guard, even if a handle
   // is rebound (Tensor::assign_) before the kernel runs.
   for (const Tensor& t : inputs) kernel_call->inputs.push_back(t.snapshot());
@@ -143,7 +178,7 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
   std::vector<Tensor> outputs;
   outputs.reserve(inferred.size());
   for (TensorMeta& meta : inferred) {
-    outputs.push_back(Tensor::empty(std::move(meta.shape), meta.dtype, device));
+    outputs.push_back(Tensor::empty(std::move(meta.shape), meta.dtype, output_device));
   }
   for (const Tensor& t : outputs) kernel_call->outputs.push_back(t.snapshot());
 
@@ -166,9 +201,9 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
   };
   engine::Engine& engine = engine::current();
   if (is_tiny(op, elements)) {
-    engine.push_tiny(std::move(run), device, reads, writes, op.name.c_str(), where);
+    engine.push_tiny(std::move(run), run_device, reads, writes, op.name.c_str(), where);
   } else {
-    engine.push(std::move(run), device, reads, writes, op.name.c_str(), where);
+    engine.push(std::move(run), run_device, reads, writes, op.name.c_str(), where);
   }
   return outputs;
 }

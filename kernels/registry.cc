@@ -22,6 +22,10 @@ const Registry& Registry::global() {
     register_norm_ops(*r);
     register_softmax_loss_ops(*r);
     register_fused_elementwise_ops(*r);
+    register_device_copy_ops(*r);
+#ifdef TANDEM_WITH_CUDA
+    register_cuda_kernels(*r);  // After the ops whose slots it fills.
+#endif
     onednn::warm_up();  // Before any kernel can run; see Note [oneDNN at exit].
     return r;
   }();
@@ -57,7 +61,14 @@ void Registry::add(OpDef def) {
   TANDEM_INTERNAL_ASSERT(def.num_inputs == kVariadic || def.num_inputs >= 0, "op '", def.name,
                          "' has a bad input count");
   std::string name = def.name;
-  ops_.emplace(std::move(name), std::make_unique<const OpDef>(std::move(def)));
+  ops_.emplace(std::move(name), std::make_unique<OpDef>(std::move(def)));
+}
+
+void Registry::set_cuda_kernel(std::string_view name, KernelFn kernel) {
+  auto it = ops_.find(absl::string_view(name.data(), name.size()));
+  TANDEM_INTERNAL_ASSERT(it != ops_.end(), "a CUDA kernel for unknown op '", name, "'");
+  TANDEM_INTERNAL_ASSERT(it->second->cuda == nullptr, "op '", name, "' has two CUDA kernels");
+  it->second->cuda = kernel;
 }
 
 Attrs resolve_attrs(const OpDef& op, const Attrs& given) {

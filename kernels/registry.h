@@ -98,6 +98,11 @@ struct OpDef {
   // inputs and outputs together, stay on one thread (matmul's plain loops for
   // tiny products), so they skip the all-cores lock and may run inline.
   int64_t single_threaded_up_to = 0;
+  // For ops that choose where their outputs live (creation ops; to_device):
+  // the outputs' device, from the resolved attributes. Null: the inputs'
+  // device. The op runs on the GPU if either side is one (a copy to the host
+  // runs on the GPU that holds the data).
+  Device (*output_device)(const Attrs& attrs) = nullptr;
 };
 
 class Registry {
@@ -114,9 +119,12 @@ class Registry {
   // Adds an op; throws tandem::Error if the definition is incomplete or the
   // name is taken. Used by the family register functions.
   void add(OpDef def);
+  // Fills the CUDA kernel slot of a registered op, once. Used by the CUDA
+  // backend (kernels/cuda/), which registers after every op family.
+  void set_cuda_kernel(std::string_view name, KernelFn kernel);
 
  private:
-  absl::flat_hash_map<std::string, std::unique_ptr<const OpDef>> ops_;
+  absl::flat_hash_map<std::string, std::unique_ptr<OpDef>> ops_;
 };
 
 // The op's attributes with defaults filled in; throws tandem::Error naming the

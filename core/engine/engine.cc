@@ -75,7 +75,7 @@ void install_locked(Global& g, EngineKind kind, EngineOptions options) {
 
 }  // namespace
 
-Var* new_var() { return Var::create(); }
+Var* new_var(Device device) { return Var::create(device); }
 
 std::unique_ptr<Engine> make_engine(EngineKind kind, EngineOptions options) {
   if (kind == EngineKind::kNaive) return std::make_unique<NaiveEngine>();

@@ -56,6 +56,10 @@ struct RunContext {
   // for a tiny op run inline by the thread that pushed it.
   int worker = 0;
   static constexpr int kPushingThread = -1;
+  // On a CUDA device: the stream (a cudaStream_t) the op enqueues its work
+  // on, and returns without waiting for it (Note [GPU ops complete at
+  // launch] in threaded_engine.cc). Null on the CPU.
+  void* stream = nullptr;
 };
 
 // What the pusher knows about an op's running time.
@@ -83,8 +87,9 @@ struct EngineOptions {
   int64_t max_in_flight = 256;
 };
 
-// Creates a var. Every var must eventually be passed to `delete_var`.
-Var* new_var();
+// Creates a var guarding data on `device`. Every var must eventually be
+// passed to `delete_var`.
+Var* new_var(Device device = Device::cpu());
 
 class Engine {
  public:

@@ -1,5 +1,6 @@
 #include "core/engine/naive_engine.h"
 
+#include "core/cuda/runtime.h"
 #include "core/engine/failure.h"
 #include "core/engine/running_op.h"
 #include "core/engine/var.h"
@@ -10,10 +11,10 @@ namespace tandem::engine {
 
 void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
                           const std::source_location& where, OpCost /*every op runs inline*/) {
-  if (!device.is_cpu()) {
-    throw Error(
-        str_cat("no workers for device ", device.to_string(), ": this engine runs CPU ops only"),
-        name, where);
+  if (device.is_cuda() && device.index() >= cuda_device_count()) {
+    throw Error(str_cat("no device ", device.to_string(), ": this machine has ",
+                        cuda_device_count(), " CUDA device(s)"),
+                name, where);
   }
   std::lock_guard lock(mu_);
   // Every input, including one that is also written (an in-place update).
@@ -28,7 +29,16 @@ void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
   std::shared_ptr<const Error> failure;
   try {
     RunningOpScope running(name);
-    fn(RunContext{device, 0});
+    RunContext context{device, 0};
+    if (device.is_cuda()) {
+      // Synchronous on the device too: a kernel's failure surfaces at its push.
+      cuda::set_device(device.index());
+      context.stream = cuda::stream(device.index());
+      fn(context);
+      cuda::synchronize(context.stream);
+    } else {
+      fn(context);
+    }
   } catch (...) {
     failure = capture_failure(name, where);
   }

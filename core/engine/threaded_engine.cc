@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "core/cuda/runtime.h"
 #include "core/engine/failure.h"
 #include "core/engine/object_pool.h"
 #include "core/engine/running_op.h"
@@ -126,6 +127,40 @@ constexpr int kDefaultCpuWorkers = 1;
 // to say (kernels::call decides by element count). The pushing thread does
 // not continue with the ops it unblocks; they go to the workers.
 
+// Note [GPU ops complete at launch]
+// Each CUDA device has one worker thread and one stream. The worker runs an
+// op's function, which only enqueues kernels on the stream, and the op then
+// counts as complete at once: every later op on the same device is enqueued
+// on the same stream after it, so the device runs them in engine order
+// without the host waiting for anything, and a chain of GPU ops costs one
+// launch each, not a launch and a round trip. Memory follows the same order
+// (Note [Device memory in stream order] in core/allocator.cc). Only an op
+// that touches a var the stream does not order (CPU memory, for a copy
+// between host and device, or another device's memory) completes when the
+// device has run it: the worker records an event after it and an event
+// watcher thread finishes the op when the event fires, while the worker
+// goes on launching. Waiting on a var of a CUDA device (wait, wait_all, so
+// reading values) then also waits for the device's stream, and reports a
+// kernel that failed asynchronously; that is the only place the host waits
+// for a device. MXNet's GPU engine and PyTorch's caching allocator make the
+// same bet on stream order.
+
+namespace {
+
+// Whether every var of a GPU op lives on its device, so that the stream
+// orders all of its accesses.
+bool stream_orders_every_var(const OpRecord& op) {
+  for (Var* var : op.reads) {
+    if (var->device() != op.device) return false;
+  }
+  for (Var* var : op.writes) {
+    if (var->device() != op.device) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 // A thread blocked in wait(var), woken by its wait op.
 struct WaitState {
   std::atomic<int> done{0};
@@ -135,24 +170,37 @@ struct WaitState {
 ThreadedEngine::ThreadedEngine(EngineOptions options)
     : max_in_flight_(options.max_in_flight), resume_in_flight_(options.max_in_flight / 2) {
   int workers = options.cpu_workers > 0 ? options.cpu_workers : kDefaultCpuWorkers;
-  cpu_pool_ = std::make_unique<WorkerPool>(
-      Device::cpu(), workers,
-      [this](OpRecord* op, const RunContext& context) { return run(op, context); });
+  auto runner = [this](OpRecord* op, const RunContext& context) { return run(op, context); };
+  cpu_pool_ = std::make_unique<WorkerPool>(Device::cpu(), workers, runner);
+  for (int i = 0; i < cuda_device_count(); ++i) {
+    cuda_pools_.push_back(std::make_unique<WorkerPool>(Device::cuda(i), 1, runner));
+    cuda_watchers_.push_back(std::make_unique<EventWatcher>(
+        Device::cuda(i), [this](OpRecord* op, std::shared_ptr<const Error> failure) {
+          complete_after_event(op, std::move(failure));
+        }));
+  }
 }
 
 ThreadedEngine::~ThreadedEngine() { shutdown(ShutdownMode::kFinish); }
 
 int ThreadedEngine::num_workers(Device device) const {
-  return device.is_cpu() && cpu_pool_ ? cpu_pool_->size() : 0;
+  if (device.is_cpu()) return cpu_pool_ ? cpu_pool_->size() : 0;
+  bool known = device.index() >= 0 && device.index() < static_cast<int>(cuda_pools_.size());
+  return known && cuda_pools_[device.index()] ? cuda_pools_[device.index()]->size() : 0;
 }
 
 WorkerPool& ThreadedEngine::pool_for(Device device, const std::source_location& where) {
-  if (!device.is_cpu()) {
-    throw Error(
-        str_cat("no workers for device ", device.to_string(), ": this engine runs CPU ops only"),
-        "", where);
+  if (device.is_cpu()) return *cpu_pool_;
+  if (device.index() < 0 || device.index() >= static_cast<int>(cuda_pools_.size())) {
+    throw Error(str_cat("no workers for device ", device.to_string(), ": this machine has ",
+                        cuda_pools_.size(), " CUDA device(s)"),
+                "", where);
   }
-  return *cpu_pool_;
+  return *cuda_pools_[device.index()];
+}
+
+void ThreadedEngine::synchronize_device(Device device) {
+  if (device.is_cuda()) cuda::synchronize(cuda::stream(device.index()));
 }
 
 void ThreadedEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
@@ -207,7 +255,8 @@ void ThreadedEngine::schedule(OpRecord* op, OpCost cost) {
   }
   // Release the vars already granted plus push's own blocker in one step.
   if (op->blockers.fetch_sub(ready_now + 1, std::memory_order_acq_rel) == ready_now + 1) {
-    if (cost == OpCost::kTiny) {
+    // A GPU op needs its device's worker and stream, however small.
+    if (cost == OpCost::kTiny && op->device.is_cpu()) {
       run(op, RunContext{op->device, RunContext::kPushingThread});  // Note [Tiny ops run inline]
     } else {
       dispatch(op);
@@ -218,8 +267,10 @@ void ThreadedEngine::schedule(OpRecord* op, OpCost cost) {
 void ThreadedEngine::dispatch(OpRecord* op) {
   if (op->waiter != nullptr) {
     finish_wait(op);
-  } else {
+  } else if (op->device.is_cpu()) {
     cpu_pool_->submit(op);
+  } else {
+    cuda_pools_[op->device.index()]->submit(op);
   }
 }
 
@@ -243,10 +294,30 @@ OpRecord* ThreadedEngine::run(OpRecord* op, const RunContext& context) {
       profiler::record(profiler::EventKind::kExecute, op->name, begin, profiler::now_ns(), op->id);
     }
   }
+  if (!failure && op->device.is_cuda() && !stream_orders_every_var(*op)) {
+    // Note [GPU ops complete at launch]: the watcher completes it.
+    void* event = nullptr;
+    try {
+      event = cuda::record_event(context.stream);
+    } catch (...) {
+      failure = capture_failure(op->name, op->where);
+      note_failure(failure);
+    }
+    if (event != nullptr) {
+      cuda_watchers_[op->device.index()]->watch(op, event);
+      return nullptr;
+    }
+  }
   // A successful write makes the var healthy again.
   for (Var* var : op->writes) var->set_failure(failure);
   bool on_worker = context.worker != RunContext::kPushingThread;
   return complete(op, on_worker ? &context.device : nullptr);
+}
+
+void ThreadedEngine::complete_after_event(OpRecord* op, std::shared_ptr<const Error> failure) {
+  if (failure) note_failure(failure);
+  for (Var* var : op->writes) var->set_failure(failure);
+  complete(op, nullptr);
 }
 
 OpRecord* ThreadedEngine::complete(OpRecord* op, const Device* continue_on) {
@@ -319,6 +390,7 @@ void ThreadedEngine::wait(Var* var) {
     while (state.done.load(std::memory_order_acquire) == 0) state.done.wait(0);
     failure = std::move(state.failure);
   }
+  if (!failure) synchronize_device(var->device());  // Note [GPU ops complete at launch]
   if (begin != 0)
     profiler::record(profiler::EventKind::kWait, "wait", begin, profiler::now_ns(), 0);
   if (failure) throw_failure(failure);
@@ -330,6 +402,9 @@ void ThreadedEngine::wait_all() {
   if (pending_ops_.load(std::memory_order_acquire) != 0) cpu_pool_->share_work();
   for (int64_t pending; (pending = pending_ops_.load(std::memory_order_acquire)) != 0;) {
     pending_ops_.wait(pending, std::memory_order_acquire);
+  }
+  for (size_t i = 0; i < cuda_pools_.size(); ++i) {
+    synchronize_device(Device::cuda(static_cast<int>(i)));  // Note [GPU ops complete at launch]
   }
   if (begin != 0) {
     profiler::record(profiler::EventKind::kWait, "wait_all", begin, profiler::now_ns(), 0);
@@ -381,6 +456,8 @@ void ThreadedEngine::shutdown(ShutdownMode mode) {
     pending_ops_.wait(pending, std::memory_order_acquire);
   }
   cpu_pool_.reset();
+  cuda_pools_.clear();
+  cuda_watchers_.clear();
 }
 
 }  // namespace tandem::engine

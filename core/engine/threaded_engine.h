@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/engine/engine.h"
+#include "core/engine/event_watcher.h"
 #include "core/engine/op_record.h"
 #include "core/engine/var.h"
 #include "core/engine/worker_pool.h"
@@ -43,6 +44,9 @@ class ThreadedEngine final : public Engine {
   void dispatch(OpRecord* op);
   // Runs a ready op; on a worker, returns a successor for the same worker.
   OpRecord* run(OpRecord* op, const RunContext& context);
+  // Finishes a GPU op whose event has fired (Note [GPU ops complete at
+  // launch]); `failure`: a kernel of it failed on the device.
+  void complete_after_event(OpRecord* op, std::shared_ptr<const Error> failure);
   // Releases the op's vars and dispatches what that unblocks; returns one
   // unblocked op on `continue_on` for the caller to run next, if any.
   OpRecord* complete(OpRecord* op, const Device* continue_on);
@@ -53,9 +57,16 @@ class ThreadedEngine final : public Engine {
   // Records a new failure (not one inherited from an input).
   void note_failure(const std::shared_ptr<const Error>& failure);
   [[noreturn]] void throw_failure(const std::shared_ptr<const Error>& failure);
+  // The workers of `device`; throws tandem::Error naming `where` for a
+  // device this machine does not have.
   WorkerPool& pool_for(Device device, const std::source_location& where);
+  // After a wait: waits for the GPU work launched on `device` so far.
+  void synchronize_device(Device device);
 
   std::unique_ptr<WorkerPool> cpu_pool_;
+  // One worker and one event watcher per CUDA device, by index.
+  std::vector<std::unique_ptr<WorkerPool>> cuda_pools_;
+  std::vector<std::unique_ptr<EventWatcher>> cuda_watchers_;
   std::atomic<int64_t> pending_ops_{0};
   // See Note [Bounded run-ahead]; 0: no bound.
   const int64_t max_in_flight_;

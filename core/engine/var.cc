@@ -13,7 +13,11 @@ struct Var::Block {
 
 using BlockPool = ObjectPool<Var::Block>;
 
-Var* Var::create() { return ObjectPool<Var>::create(); }
+Var* Var::create(Device device) {
+  Var* var = ObjectPool<Var>::create();
+  var->device_ = device;
+  return var;
+}
 
 void Var::destroy(Var* var) { ObjectPool<Var>::destroy(var); }
 

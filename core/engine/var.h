@@ -25,6 +25,7 @@
 
 #include "absl/container/inlined_vector.h"
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/spinlock.h"
 
@@ -39,7 +40,8 @@ using ReadyOps = absl::InlinedVector<OpRecord*, 8>;
 class Var {
  public:
   // Vars come from a pool (see object_pool.h); create and destroy them here.
-  static Var* create();
+  // `device`: where the data it guards lives.
+  static Var* create(Device device = Device::cpu());
   static void destroy(Var* var);
 
   Var();
@@ -61,6 +63,7 @@ class Var {
   bool readable_now();
   // True when no op at all is queued or running on the var.
   bool idle();
+  Device device() const { return device_; }
   // Called by the running write of a deletion op: the var deletes itself when
   // that write completes. Nothing may be queued on it afterwards.
   void mark_for_delete() { to_delete_ = true; }
@@ -95,6 +98,7 @@ class Var {
   Block* tail_;            // Empty sentinel; the next op is attached here.
   Block* pending_write_ = nullptr;
   bool to_delete_ = false;
+  Device device_;
 };
 
 }  // namespace tandem::engine

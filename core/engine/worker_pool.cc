@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/profiler.h"
 
@@ -95,6 +96,10 @@ OpRecord* WorkerPool::next_op() {
 void WorkerPool::work(int index) {
   profiler::set_thread_name(str_cat(device_.to_string(), " worker ", index));
   RunContext context{device_, index};
+  if (device_.is_cuda()) {
+    cuda::set_device(device_.index());
+    context.stream = cuda::stream(device_.index());
+  }
   while (OpRecord* op = next_op()) {
     while (op) {
       share_work();

@@ -39,6 +39,8 @@ class WorkerPool {
   // ready successor on the same device), or null.
   using Runner = std::function<OpRecord*(OpRecord*, const RunContext&)>;
 
+  // A CUDA device's workers make it current on their threads and run ops
+  // with the device's stream (core/cuda/runtime.h).
   WorkerPool(Device device, int num_workers, Runner runner);
   ~WorkerPool();  // Joins the workers; the queue must be empty by then.
 

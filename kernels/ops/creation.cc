@@ -229,15 +229,21 @@ AttrSpec optional(std::string name, AttrValue value) {
   return {.name = std::move(name), .default_value = std::move(value)};
 }
 
+// Where a creation op puts its output: the "device" attribute ("cpu",
+// "cuda:0"), which every creation op takes.
+Device device_attr(const Attrs& attrs) { return Device::parse(attrs.get_string("device")); }
+
 OpDef creation(std::string name, std::vector<AttrSpec> attrs, InferFn infer, KernelFn kernel,
                std::string doc) {
+  attrs.push_back(optional("device", std::string("cpu")));
   return {.name = std::move(name),
           .num_inputs = 0,
           .attrs = std::move(attrs),
           .infer = infer,
           .cpu = kernel,
           .differentiable = false,
-          .doc = std::move(doc)};
+          .doc = std::move(doc),
+          .output_device = device_attr};
 }
 
 }  // namespace

@@ -16,5 +16,9 @@ void register_conv_pool_ops(Registry& registry);           // conv_pool.cc
 void register_norm_ops(Registry& registry);                // norm.cc
 void register_softmax_loss_ops(Registry& registry);        // softmax_loss.cc
 void register_fused_elementwise_ops(Registry& registry);   // fused_elementwise.cc
+void register_device_copy_ops(Registry& registry);         // device_copy.cc
+
+// The CUDA kernels of every family (kernels/cuda/register.cc), in CUDA builds.
+void register_cuda_kernels(Registry& registry);
 
 }  // namespace tandem::kernels

@@ -109,20 +109,90 @@ void check_gradient(const OpTestCase& row) {
   }
 }
 
+// The row's call on `device`: inputs copied there, and a creation op (one
+// with a "device" attribute) told to create its output there.
+std::vector<Tensor> call_on(Device device, const OpDef& op, const OpTestCase& row) {
+  Inputs inputs;
+  for (const Tensor& t : row.inputs) inputs.push_back(on_device(t, device));
+  Attrs attrs = row.attrs;
+  for (const AttrSpec& spec : op.attrs) {
+    if (spec.name == "device") attrs.set("device", device.to_string());
+  }
+  return call(op, inputs, attrs, std::source_location::current());
+}
+
+void expect_same_values(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                        double tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    SCOPED_TRACE("output " + std::to_string(k));
+    ASSERT_EQ(got[k].defined(), want[k].defined());
+    if (!want[k].defined()) continue;
+    ASSERT_EQ(got[k].shape(), want[k].shape());
+    EXPECT_EQ(got[k].dtype(), want[k].dtype());
+    std::vector<double> g = values_of(got[k]), w = values_of(want[k]);
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_TRUE(close(g[i], w[i], tolerance))
+          << "element " << i << ": " << got[k].device().to_string() << " " << g[i] << ", cpu "
+          << w[i];
+    }
+  }
+}
+
+// Float32 rounding: the devices may sum in different orders.
+constexpr double kDeviceTolerance = 1e-4;
+
+// The row on the first CUDA device against the same row on the CPU: forward
+// values (shapes only for random ops, whose rows have no reference) and,
+// where the row checks one, the gradient for the same cotangents.
+void check_on_cuda(const OpTestCase& row) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  const Device cuda = Device::cuda(0);
+  const OpDef& op = Registry::global().get(row.op);
+  std::vector<Tensor> cpu_out = call_on(Device::cpu(), op, row);
+  std::vector<Tensor> cuda_out = call_on(cuda, op, row);
+  for (const Tensor& t : cuda_out) EXPECT_EQ(t.device(), cuda);
+  double tolerance = std::max(row.tolerance, kDeviceTolerance);
+  if (row.reference) {
+    expect_same_values(cuda_out, cpu_out, tolerance);
+  } else {
+    ASSERT_EQ(cuda_out.size(), cpu_out.size());
+    for (size_t k = 0; k < cpu_out.size(); ++k) EXPECT_EQ(cuda_out[k].shape(), cpu_out[k].shape());
+  }
+  if (!row.check_gradient || !op.differentiable) return;
+  SCOPED_TRACE("gradient");
+  std::vector<Tensor> cotangents, cuda_cotangents;
+  for (size_t k = 0; k < cpu_out.size(); ++k) {
+    bool floating = cpu_out[k].dtype() == DType::kFloat64;
+    cotangents.push_back(floating ? random_tensor(cpu_out[k].shape(), 1000 + k) : Tensor());
+    cuda_cotangents.push_back(on_device(cotangents.back(), cuda));
+  }
+  Inputs cuda_inputs;
+  for (const Tensor& t : row.inputs) cuda_inputs.push_back(on_device(t, cuda));
+  Attrs attrs = resolve_attrs(op, row.attrs);
+  expect_same_values(op.gradient({cuda_inputs, cuda_out, cuda_cotangents, attrs}),
+                     op.gradient({row.inputs, cpu_out, cotangents, attrs}), tolerance);
+}
+
+enum class Check { kForward, kGradient, kOnCuda };
+
 class RowTest : public ::testing::Test {
  public:
-  RowTest(OpTestCase row, bool gradient) : row_(std::move(row)), gradient_(gradient) {}
+  RowTest(OpTestCase row, Check check) : row_(std::move(row)), check_(check) {}
   void TestBody() override {
-    if (gradient_) {
-      check_gradient(row_);
-    } else {
-      check_forward(row_);
+    switch (check_) {
+      case Check::kForward:
+        return check_forward(row_);
+      case Check::kGradient:
+        return check_gradient(row_);
+      case Check::kOnCuda:
+        return check_on_cuda(row_);
     }
   }
 
  private:
   OpTestCase row_;
-  bool gradient_;
+  Check check_;
 };
 
 // Verifies that every registered op has at least one row, and every
@@ -149,15 +219,18 @@ void register_row_tests() {
     for (OpTestCase& row : rows()) {
       std::string suite = "Op_" + family;
       std::string name = row.op + "_" + row.name;
-      ::testing::RegisterTest(suite.c_str(), (name + "_forward").c_str(), nullptr, nullptr,
-                              __FILE__, __LINE__,
-                              [row]() -> ::testing::Test* { return new RowTest(row, false); });
+      auto add = [&](const char* what, Check check) {
+        ::testing::RegisterTest(
+            suite.c_str(), (name + what).c_str(), nullptr, nullptr, __FILE__, __LINE__,
+            [row, check]() -> ::testing::Test* { return new RowTest(row, check); });
+      };
+      add("_forward", Check::kForward);
       const OpDef* op = Registry::global().find(row.op);
-      if (row.check_gradient && op != nullptr && op->differentiable) {
-        ::testing::RegisterTest(suite.c_str(), (name + "_gradient").c_str(), nullptr, nullptr,
-                                __FILE__, __LINE__,
-                                [row]() -> ::testing::Test* { return new RowTest(row, true); });
-      }
+      if (row.check_gradient && op != nullptr && op->differentiable)
+        add("_gradient", Check::kGradient);
+      // Every row once more on a GPU, forward and gradient against the CPU: one
+      // parametrized suite for every device, skipped (and named) without one.
+      add("_cuda", Check::kOnCuda);
     }
   }
 }

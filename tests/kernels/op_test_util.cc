@@ -49,7 +49,8 @@ Tensor random_tensor(Shape shape, uint64_t seed, double low, double high, DType 
   return tensor_of(std::move(values), std::move(shape), dtype);
 }
 
-std::vector<double> values_of(const Tensor& t) {
+std::vector<double> values_of(const Tensor& device_tensor) {
+  Tensor t = on_device(device_tensor, Device::cpu());
   t.wait_to_read();
   std::vector<double> values(t.numel());
   visit_all(t.dtype(), [&]<class T>() {
@@ -75,6 +76,11 @@ void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_toleranc
   f32.check_gradient = false;
   rows.push_back(std::move(row));
   rows.push_back(std::move(f32));
+}
+
+Tensor on_device(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return t;
+  return call1("to_device", {t}, {{"device", device.to_string()}});
 }
 
 Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype) {

@@ -54,8 +54,11 @@ Tensor tensor_of(std::vector<double> values, Shape shape, DType dtype = DType::k
 // Uniform in [low, high), deterministic in `seed`.
 Tensor random_tensor(Shape shape, uint64_t seed, double low = -1, double high = 1,
                      DType dtype = DType::kFloat64);
-// Values of any numeric or bool tensor as doubles (waits for it).
+// Values of any numeric or bool tensor, on any device, as doubles (waits
+// for it).
 std::vector<double> values_of(const Tensor& t);
+// `t` copied to `device` (itself if it is there, or undefined).
+Tensor on_device(const Tensor& t, Device device);
 // A float64 tensor of `shape` with `values` (for references).
 Tensor result(std::vector<double> values, Shape shape, DType dtype = DType::kFloat64);
 

@@ -1,0 +1,164 @@
+// core/cuda/runtime.h for builds with the CUDA toolkit.
+#include "core/cuda/runtime.h"
+
+#include <mutex>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/cuda/check.h"
+#include "core/device.h"
+#include "core/spinlock.h"
+
+namespace tandem {
+
+// Without a GPU or a driver the runtime reports an error, which here means
+// "no devices".
+int cuda_device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // Clear the error so later CUDA calls start clean.
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+namespace cuda {
+namespace {
+
+// The current device of the calling thread, set for a scope.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    TANDEM_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = previous_ != device;
+  }
+  ~DeviceScope() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+void check_device(int device) {
+  TANDEM_CHECK(device >= 0 && device < cuda_device_count(), "no device cuda:", device,
+               cuda_device_count() == 0
+                   ? std::string(": this machine has no CUDA device")
+                   : str_cat(": this machine has ", cuda_device_count(), " CUDA device(s)"));
+}
+
+// Events are created once and reused; creating one costs a driver call.
+class EventPool {
+ public:
+  cudaEvent_t take() {
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        cudaEvent_t event = free_.back();
+        free_.pop_back();
+        return event;
+      }
+    }
+    cudaEvent_t event;
+    // No timing: a timed event costs more to record.
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return event;
+  }
+  void give_back(cudaEvent_t event) {
+    std::lock_guard lock(mu_);
+    free_.push_back(event);
+  }
+
+ private:
+  Spinlock mu_;
+  std::vector<cudaEvent_t> free_;
+};
+
+// Never destroyed: destroying CUDA objects after the driver has unloaded at
+// exit is an error, and the process is ending anyway.
+EventPool& events() {
+  static auto* pool = new EventPool;
+  return *pool;
+}
+
+}  // namespace
+
+void set_device(int device) {
+  check_device(device);
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+}
+
+void* stream(int device) {
+  check_device(device);
+  static std::mutex mu;
+  static auto* streams = new std::vector<cudaStream_t>(cuda_device_count(), nullptr);
+  std::lock_guard lock(mu);
+  cudaStream_t& s = (*streams)[device];
+  if (s == nullptr) {
+    DeviceScope scope(device);
+    // Non-blocking: the legacy default stream, which other libraries may
+    // use, does not serialize with it.
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  return s;
+}
+
+void synchronize(void* s) {
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s)));
+}
+
+void* record_event(void* s) {
+  cudaEvent_t event = events().take();
+  TANDEM_CUDA_CHECK(cudaEventRecord(event, static_cast<cudaStream_t>(s)));
+  return event;
+}
+
+void wait_and_release_event(void* e) {
+  auto event = static_cast<cudaEvent_t>(e);
+  cudaError_t status = cudaEventSynchronize(event);
+  events().give_back(event);
+  TANDEM_CUDA_CHECK(status);
+}
+
+void copy_async(void* dst, const void* src, size_t nbytes, void* s) {
+  TANDEM_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s)));
+}
+
+void* device_malloc(int device, size_t nbytes) {
+  check_device(device);
+  DeviceScope scope(device);
+  void* block = nullptr;
+  if (cudaMalloc(&block, nbytes) != cudaSuccess) {
+    cudaGetLastError();  // Out of memory is not sticky; clear it.
+    return nullptr;
+  }
+  return block;
+}
+
+void device_free(int device, void* block) {
+  DeviceScope scope(device);
+  TANDEM_CUDA_CHECK(cudaFree(block));
+}
+
+void* pinned_malloc(size_t nbytes) {
+  void* block = nullptr;
+  if (cudaHostAlloc(&block, nbytes, cudaHostAllocPortable) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return block;
+}
+
+void pinned_free(void* block) { TANDEM_CUDA_CHECK(cudaFreeHost(block)); }
+
+}  // namespace cuda
+}  // namespace tandem

@@ -1,0 +1,67 @@
+#include "kernels/cuda/bias_activation.h"
+#include "kernels/cuda/elementwise_math.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace tandem::kernels::cuda::detail {
+namespace {
+
+struct Identity {
+  template <class T>
+  __device__ T operator()(T x) const {
+    return x;
+  }
+};
+
+// The activation with the standalone op's formula, so that a fused layer
+// and the layer followed by the op agree.
+template <MathOp kOp>
+struct Elementwise {
+  double alpha;  // Leaky ReLU's slope; unused by the others.
+  template <class T>
+  __device__ T operator()(T x) const {
+    return apply(kOp, x, x, alpha, 0.0);
+  }
+};
+
+template <class T, class F>
+__global__ void bias_activation(T* y, const T* bias, int64_t count, int64_t inner, int64_t channels,
+                                F activation) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    y[i] = activation(y[i] + bias[(i / inner) % channels]);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void launch_bias_activation(T* y, const T* bias, int64_t count, int64_t inner, int64_t channels,
+                            Activation activation, double alpha, cudaStream_t stream) {
+  if (count == 0) return;
+  auto launch = [&](auto f) {
+    bias_activation<<<blocks_for(count), kThreadsPerBlock, 0, stream>>>(y, bias, count, inner,
+                                                                        channels, f);
+    TANDEM_CUDA_CHECK_LAUNCH();
+  };
+  switch (activation) {
+    case Activation::kNone:
+      return launch(Identity{});
+    case Activation::kRelu:
+      return launch(Elementwise<MathOp::kRelu>{alpha});
+    case Activation::kGelu:
+      return launch(Elementwise<MathOp::kGelu>{alpha});
+    case Activation::kSigmoid:
+      return launch(Elementwise<MathOp::kSigmoid>{alpha});
+    case Activation::kTanh:
+      return launch(Elementwise<MathOp::kTanh>{alpha});
+    case Activation::kLeakyRelu:
+      return launch(Elementwise<MathOp::kLeakyRelu>{alpha});
+  }
+}
+
+template void launch_bias_activation<float>(float*, const float*, int64_t, int64_t, int64_t,
+                                            Activation, double, cudaStream_t);
+template void launch_bias_activation<double>(double*, const double*, int64_t, int64_t, int64_t,
+                                             Activation, double, cudaStream_t);
+
+}  // namespace tandem::kernels::cuda::detail

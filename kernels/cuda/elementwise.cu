@@ -1,0 +1,347 @@
+// The CUDA kernels of the elementwise ops: binary arithmetic and comparisons
+// with broadcasting (kernels/ops/elementwise_binary.cc), the unary ops, cast
+// and where (elementwise_unary.cc), and fused_elementwise, interpreted per
+// element from the same program text as the CPU kernel
+// (fused_elementwise.cc). Each thread computes whole elements in registers;
+// the values are those of the CPU functors (elementwise_math.cuh).
+#include <charconv>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "kernels/cpu/dtype_visit.h"
+#include "kernels/cuda/elementwise_math.cuh"
+#include "kernels/cuda/families.h"
+
+namespace tandem::kernels {
+namespace cuda {
+namespace {
+
+// Binary ops: out[i] = f(a[i'], b[i'']) over the broadcast shape; see Note
+// [Merged axes] in for_each.cuh for the same-shape and scalar fast paths.
+
+template <class In, class Out, class F>
+struct BinaryMap {
+  const In* a;
+  const In* b;
+  Out* out;
+  Indexer<2> ix;
+  F f;
+  __device__ void operator()(int64_t i) const {
+    Offsets<2> o = ix(i);
+    out[i] = f(a[o.at[0]], b[o.at[1]]);
+  }
+};
+
+// T is the dtype's C++ type (dtype.h), Out the device type of the output.
+template <class T, class Out, class F>
+void broadcast_binary(const KernelContext& c, F f) {
+  const Tensor& a = c.inputs[0];
+  const Tensor& b = c.inputs[1];
+  const Tensor& out = c.outputs[0];
+  if (out.numel() == 0) return;
+  Indexer<2> ix = make_indexer<2>(out.shape(), {broadcast_strides(a.shape(), out.shape()),
+                                                broadcast_strides(b.shape(), out.shape())});
+  for_each(stream_of(c), out.numel(),
+           BinaryMap<device_t<T>, Out, F>{device_data<T>(a), device_data<T>(b),
+                                          static_cast<Out*>(out.raw_data()), ix, f});
+}
+
+template <MathOp kOp>
+struct Arithmetic {
+  template <class T>
+  __device__ T operator()(T x, T y) const {
+    return apply(kOp, x, y, 0.0, 0.0);
+  }
+};
+
+template <Comparison kCmp>
+struct Compare {
+  template <class T>
+  __device__ bool operator()(T x, T y) const {
+    return compare(kCmp, x, y);
+  }
+};
+
+template <MathOp kOp>
+void arithmetic_kernel(const KernelContext& c) {
+  visit_numeric(c.inputs[0].dtype(),
+                [&]<class T>() { broadcast_binary<T, T>(c, Arithmetic<kOp>{}); });
+}
+
+template <Comparison kCmp>
+void comparison_kernel(const KernelContext& c) {
+  visit_all(c.inputs[0].dtype(), [&]<class T>() { broadcast_binary<T, bool>(c, Compare<kCmp>{}); });
+}
+
+// Unary ops: out[i] = op(in[i]) with the op's parameters.
+
+template <class T, MathOp kOp>
+struct UnaryMap {
+  const T* in;
+  T* out;
+  double p0, p1;
+  __device__ void operator()(int64_t i) const { out[i] = apply(kOp, in[i], in[i], p0, p1); }
+};
+
+template <MathOp kOp>
+void unary_kernel(const KernelContext& c) {
+  double p0 = 0, p1 = 0;
+  if constexpr (kOp == MathOp::kLeakyRelu) p0 = c.attrs.get_float("alpha");
+  if constexpr (kOp == MathOp::kClip) {
+    p0 = c.attrs.get_float("min");
+    p1 = c.attrs.get_float("max");
+  }
+  auto launch = [&]<class T>() {
+    for_each(stream_of(c), c.outputs[0].numel(),
+             UnaryMap<T, kOp>{c.inputs[0].data<T>(), c.outputs[0].data<T>(), p0, p1});
+  };
+  // The ops registered with infer_signed_numeric take float32, float64, int32
+  // and int64; the rest float32 and float64 (elementwise_unary.cc).
+  if constexpr (kOp < MathOp::kExp || kOp == MathOp::kClip) {
+    visit_numeric(c.inputs[0].dtype(), [&]<class T>() {
+      if constexpr (std::is_signed_v<T>) launch.template operator()<T>();
+    });
+  } else {
+    visit_floating(c.inputs[0].dtype(), launch);
+  }
+}
+
+template <class From, class To>
+struct CastMap {
+  const From* in;
+  To* out;
+  __device__ void operator()(int64_t i) const { out[i] = convert<To>(in[i]); }
+};
+
+void cast_kernel(const KernelContext& c) {
+  const Tensor& in = c.inputs[0];
+  const Tensor& out = c.outputs[0];
+  visit_all(in.dtype(), [&]<class From>() {
+    visit_all(out.dtype(), [&]<class To>() {
+      for_each(stream_of(c), out.numel(),
+               CastMap<device_t<From>, device_t<To>>{device_data<From>(in), device_data<To>(out)});
+    });
+  });
+}
+
+// where selects without looking at values: one instantiation per element size.
+template <class U>
+struct WhereMap {
+  const bool* cond;
+  const U* a;
+  const U* b;
+  U* out;
+  Indexer<3> ix;
+  __device__ void operator()(int64_t i) const {
+    Offsets<3> o = ix(i);
+    out[i] = cond[o.at[0]] ? a[o.at[1]] : b[o.at[2]];
+  }
+};
+
+void where_kernel(const KernelContext& c) {
+  const Tensor& out = c.outputs[0];
+  if (out.numel() == 0) return;
+  const Shape& shape = out.shape();
+  Indexer<3> ix = make_indexer<3>(shape, {broadcast_strides(c.inputs[0].shape(), shape),
+                                          broadcast_strides(c.inputs[1].shape(), shape),
+                                          broadcast_strides(c.inputs[2].shape(), shape)});
+  visit_element_bits(dtype_size(out.dtype()), [&]<class U>() {
+    for_each(stream_of(c), out.numel(),
+             WhereMap<U>{c.inputs[0].data<bool>(), static_cast<const U*>(c.inputs[1].raw_data()),
+                         static_cast<const U*>(c.inputs[2].raw_data()),
+                         static_cast<U*>(out.raw_data()), ix});
+  });
+}
+
+// fused_elementwise. The program travels as a kernel argument (a fixed-size
+// array of instructions); each thread runs it for its elements, keeping the
+// registers r0, r1, ... in a local array.
+
+inline constexpr int kMaxFusedInstrs = 64;
+inline constexpr int kMaxFusedInputs = 32;  // One bit each in FusedMap::scalar_inputs.
+
+struct FusedInstr {
+  MathOp op;
+  bool binary;
+  int16_t operands[2];  // rM as M >= 0; iN as -1 - N.
+  double p0, p1;
+};
+
+struct FusedProgram {
+  int size = 0;
+  FusedInstr instrs[kMaxFusedInstrs];
+};
+
+struct FusedOpInfo {
+  std::string_view name;
+  MathOp op;
+  int arity;
+  std::string_view params[2];  // Named p0 and p1 in FusedInstr.
+};
+
+constexpr FusedOpInfo kFusedOps[] = {
+    {"neg", MathOp::kNeg, 1, {}},
+    {"abs", MathOp::kAbs, 1, {}},
+    {"sign", MathOp::kSign, 1, {}},
+    {"square", MathOp::kSquare, 1, {}},
+    {"relu", MathOp::kRelu, 1, {}},
+    {"exp", MathOp::kExp, 1, {}},
+    {"log", MathOp::kLog, 1, {}},
+    {"sqrt", MathOp::kSqrt, 1, {}},
+    {"rsqrt", MathOp::kRsqrt, 1, {}},
+    {"tanh", MathOp::kTanh, 1, {}},
+    {"sigmoid", MathOp::kSigmoid, 1, {}},
+    {"erf", MathOp::kErf, 1, {}},
+    {"gelu", MathOp::kGelu, 1, {}},
+    {"leaky_relu", MathOp::kLeakyRelu, 1, {"alpha"}},
+    {"clip", MathOp::kClip, 1, {"min", "max"}},
+    {"add", MathOp::kAdd, 2, {}},
+    {"sub", MathOp::kSub, 2, {}},
+    {"mul", MathOp::kMul, 2, {}},
+    {"div", MathOp::kDiv, 2, {}},
+    {"pow", MathOp::kPow, 2, {}},
+    {"maximum", MathOp::kMaximum, 2, {}},
+    {"minimum", MathOp::kMinimum, 2, {}},
+};
+
+// Cuts `text` at the first `separator`: returns the part before it and
+// leaves the rest (empty after the last part) in `text`.
+std::string_view next_part(std::string_view& text, char separator) {
+  size_t end = text.find(separator);
+  std::string_view part = text.substr(0, end);
+  text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+  return part;
+}
+
+// Parses "r0=exp(i0);r1=clip(r0,max=6,min=0)". Inference has already checked
+// the text with the CPU parser, so only the CUDA limits are checked here.
+FusedProgram parse_program(std::string_view text, int num_inputs) {
+  TANDEM_CHECK(num_inputs <= kMaxFusedInputs, "fused_elementwise on CUDA takes at most ",
+               kMaxFusedInputs, " inputs, got ", num_inputs);
+  FusedProgram program;
+  while (!text.empty()) {
+    std::string_view statement = next_part(text, ';');
+    TANDEM_CHECK(program.size < kMaxFusedInstrs, "fused_elementwise on CUDA runs at most ",
+                 kMaxFusedInstrs, " instructions; the program has more");
+    size_t eq = statement.find('='), open = statement.find('(');
+    std::string_view name = statement.substr(eq + 1, open - eq - 1);
+    const FusedOpInfo* info = nullptr;
+    for (const FusedOpInfo& candidate : kFusedOps) {
+      if (candidate.name == name) info = &candidate;
+    }
+    TANDEM_INTERNAL_ASSERT(info != nullptr, "no CUDA form of fused op '", name, "'");
+    FusedInstr& instr = program.instrs[program.size++];
+    instr = {.op = info->op, .binary = info->arity == 2, .operands = {0, 0}, .p0 = 0, .p1 = 0};
+    std::string_view args = statement.substr(open + 1, statement.size() - open - 2);
+    for (int a = 0; !args.empty(); ++a) {
+      std::string_view arg = next_part(args, ',');
+      if (a < info->arity) {
+        int index = 0;
+        std::from_chars(arg.data() + 1, arg.data() + arg.size(), index);
+        instr.operands[a] = static_cast<int16_t>(arg[0] == 'i' ? -1 - index : index);
+      } else {
+        size_t assign = arg.find('=');
+        double& param = arg.substr(0, assign) == info->params[0] ? instr.p0 : instr.p1;
+        std::from_chars(arg.data() + assign + 1, arg.data() + arg.size(), param);
+      }
+    }
+  }
+  return program;
+}
+
+// Engine workers replay the same few programs: keep the last one parsed on
+// each thread, as the CPU kernel does.
+const FusedProgram& cached_program(const std::string& text, int num_inputs) {
+  thread_local std::string cached_text;
+  thread_local int cached_inputs = -1;
+  thread_local FusedProgram cached;
+  if (cached_inputs != num_inputs || cached_text != text) {
+    cached = parse_program(text, num_inputs);
+    cached_text = text;
+    cached_inputs = num_inputs;
+  }
+  return cached;
+}
+
+template <class T>
+struct FusedMap {
+  FusedProgram program;
+  const T* inputs[kMaxFusedInputs];
+  uint32_t scalar_inputs;  // Bit N: input N has one element, read for every i.
+  T* out;
+
+  __device__ T operand(const T* registers, int16_t o, int64_t i) const {
+    if (o >= 0) return registers[o];
+    int n = -1 - o;
+    return inputs[n][(scalar_inputs >> n) & 1u ? 0 : i];
+  }
+
+  __device__ void operator()(int64_t i) const {
+    T registers[kMaxFusedInstrs];
+    for (int k = 0; k < program.size; ++k) {
+      const FusedInstr& instr = program.instrs[k];
+      T x = operand(registers, instr.operands[0], i);
+      T y = instr.binary ? operand(registers, instr.operands[1], i) : x;
+      registers[k] = apply(instr.op, x, y, instr.p0, instr.p1);
+    }
+    out[i] = registers[program.size - 1];
+  }
+};
+
+void fused_kernel(const KernelContext& c) {
+  const FusedProgram& program =
+      cached_program(c.attrs.get_string("program"), static_cast<int>(c.inputs.size()));
+  visit_floating(c.outputs[0].dtype(), [&]<class T>() {
+    FusedMap<T> map{
+        .program = program, .inputs = {}, .scalar_inputs = 0, .out = c.outputs[0].data<T>()};
+    for (size_t n = 0; n < c.inputs.size(); ++n) {
+      map.inputs[n] = c.inputs[n].data<T>();
+      if (c.inputs[n].numel() == 1) map.scalar_inputs |= 1u << n;
+    }
+    for_each(stream_of(c), c.outputs[0].numel(), map);
+  });
+}
+
+}  // namespace
+}  // namespace cuda
+
+void register_elementwise_cuda_kernels(Registry& registry) {
+  using cuda::Comparison;
+  using cuda::MathOp;
+  registry.set_cuda_kernel("add", cuda::arithmetic_kernel<MathOp::kAdd>);
+  registry.set_cuda_kernel("sub", cuda::arithmetic_kernel<MathOp::kSub>);
+  registry.set_cuda_kernel("mul", cuda::arithmetic_kernel<MathOp::kMul>);
+  registry.set_cuda_kernel("div", cuda::arithmetic_kernel<MathOp::kDiv>);
+  registry.set_cuda_kernel("pow", cuda::arithmetic_kernel<MathOp::kPow>);
+  registry.set_cuda_kernel("maximum", cuda::arithmetic_kernel<MathOp::kMaximum>);
+  registry.set_cuda_kernel("minimum", cuda::arithmetic_kernel<MathOp::kMinimum>);
+  registry.set_cuda_kernel("eq", cuda::comparison_kernel<Comparison::kEq>);
+  registry.set_cuda_kernel("ne", cuda::comparison_kernel<Comparison::kNe>);
+  registry.set_cuda_kernel("lt", cuda::comparison_kernel<Comparison::kLt>);
+  registry.set_cuda_kernel("le", cuda::comparison_kernel<Comparison::kLe>);
+  registry.set_cuda_kernel("gt", cuda::comparison_kernel<Comparison::kGt>);
+  registry.set_cuda_kernel("ge", cuda::comparison_kernel<Comparison::kGe>);
+
+  registry.set_cuda_kernel("neg", cuda::unary_kernel<MathOp::kNeg>);
+  registry.set_cuda_kernel("abs", cuda::unary_kernel<MathOp::kAbs>);
+  registry.set_cuda_kernel("sign", cuda::unary_kernel<MathOp::kSign>);
+  registry.set_cuda_kernel("square", cuda::unary_kernel<MathOp::kSquare>);
+  registry.set_cuda_kernel("relu", cuda::unary_kernel<MathOp::kRelu>);
+  registry.set_cuda_kernel("exp", cuda::unary_kernel<MathOp::kExp>);
+  registry.set_cuda_kernel("log", cuda::unary_kernel<MathOp::kLog>);
+  registry.set_cuda_kernel("sqrt", cuda::unary_kernel<MathOp::kSqrt>);
+  registry.set_cuda_kernel("rsqrt", cuda::unary_kernel<MathOp::kRsqrt>);
+  registry.set_cuda_kernel("tanh", cuda::unary_kernel<MathOp::kTanh>);
+  registry.set_cuda_kernel("sigmoid", cuda::unary_kernel<MathOp::kSigmoid>);
+  registry.set_cuda_kernel("erf", cuda::unary_kernel<MathOp::kErf>);
+  registry.set_cuda_kernel("gelu", cuda::unary_kernel<MathOp::kGelu>);
+  registry.set_cuda_kernel("leaky_relu", cuda::unary_kernel<MathOp::kLeakyRelu>);
+  registry.set_cuda_kernel("clip", cuda::unary_kernel<MathOp::kClip>);
+  registry.set_cuda_kernel("cast", cuda::cast_kernel);
+  registry.set_cuda_kernel("where", cuda::where_kernel);
+
+  registry.set_cuda_kernel("fused_elementwise", cuda::fused_kernel);
+}
+
+}  // namespace tandem::kernels
