@@ -7,6 +7,8 @@
 namespace tandem {
 namespace {
 
+thread_local std::vector<std::shared_ptr<Storage>>* kept_storages = nullptr;
+
 Allocator& allocator_of(Device device, bool pinned) {
   TANDEM_INTERNAL_ASSERT(!pinned || device.is_cpu(), "pinned memory on ", device.to_string());
   return pinned ? pinned_host_allocator() : allocator_for(device);
@@ -27,6 +29,17 @@ Storage::~Storage() {
                                       pinned = pinned_](const engine::RunContext&) {
     allocator_of(device, pinned).deallocate(data, nbytes);
   });
+}
+
+KeepNewStorages::KeepNewStorages(std::vector<std::shared_ptr<Storage>>* kept)
+    : previous_(kept_storages) {
+  kept_storages = kept;
+}
+
+KeepNewStorages::~KeepNewStorages() { kept_storages = previous_; }
+
+void KeepNewStorages::note(const std::shared_ptr<Storage>& storage) {
+  if (kept_storages != nullptr) kept_storages->push_back(storage);
 }
 
 }  // namespace tandem

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "core/device.h"
 
@@ -45,6 +46,24 @@ class Storage {
   Device device_;
   bool pinned_;
   engine::Var* var_;
+};
+
+// While one is alive, every tensor created on its thread (Tensor::empty)
+// also keeps its storage in `kept`: a CUDA graph captured on the thread
+// holds on to the scratch memory its kernels used, which would otherwise
+// go back to the allocator when the kernels return.
+class KeepNewStorages {
+ public:
+  explicit KeepNewStorages(std::vector<std::shared_ptr<Storage>>* kept);
+  ~KeepNewStorages();
+  KeepNewStorages(const KeepNewStorages&) = delete;
+  KeepNewStorages& operator=(const KeepNewStorages&) = delete;
+
+  // Called by Tensor::empty.
+  static void note(const std::shared_ptr<Storage>& storage);
+
+ private:
+  std::vector<std::shared_ptr<Storage>>* previous_;
 };
 
 }  // namespace tandem

@@ -114,6 +114,7 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   size_t nbytes = static_cast<size_t>(
       checked_mul(shape.numel(), static_cast<int64_t>(dtype_size(dtype)), "tensor byte size"));
   impl->storage = std::allocate_shared<Storage>(engine::PoolAllocator<Storage>(), nbytes, device);
+  KeepNewStorages::note(impl->storage);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <exception>
+#include <mutex>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
 
+#include "core/cuda/runtime.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "kernels/dispatch.h"
@@ -58,6 +60,20 @@ struct Executor::Program {
   // graph input, which input (encoded -1 - input index).
   std::vector<int> output_source;
   int num_fresh_outputs = 0;
+  // The CUDA graph of Note [One launch per call]; null unless used.
+  struct Captured;
+  std::unique_ptr<Captured> captured;
+};
+
+// Note [One launch per call]. Calls reach it in push order, on the device's
+// one worker; the lock is for clarity, not contention.
+struct Executor::Program::Captured {
+  enum class State { kFirstCall, kCapture, kCaptured, kNodeByNode };
+  std::mutex mu;
+  State state = State::kFirstCall;
+  std::vector<Tensor> staged;                     // Per external slot.
+  std::vector<std::shared_ptr<Storage>> scratch;  // Taken by kernels while captured.
+  void* graph = nullptr;                          // Never destroyed (see runtime.h).
 };
 
 namespace {
@@ -119,6 +135,56 @@ void run_step_unchecked(const Executor::Program::Step& step, const Frame& frame,
   kernels::run_kernel(*step.op, step.kernel, kernels::KernelContext{inputs, outputs, attrs, run});
 }
 
+void run_all_steps(const Frame& frame, const engine::RunContext& run) {
+  for (const Executor::Program::Step& step : frame.program->steps) run_step(step, frame, run);
+}
+
+// One call on a CUDA device (Note [One launch per call]), on its worker.
+void run_as_cuda_graph(const Frame& frame, const engine::RunContext& run) {
+  using State = Executor::Program::Captured::State;
+  const Executor::Program& program = *frame.program;
+  Executor::Program::Captured& captured = *program.captured;
+  std::lock_guard lock(captured.mu);
+  if (captured.state == State::kFirstCall || captured.state == State::kNodeByNode) {
+    if (captured.state == State::kFirstCall) captured.state = State::kCapture;
+    return run_all_steps(frame, run);
+  }
+  const size_t num_inputs = static_cast<size_t>(program.num_call_inputs);
+  if (captured.state == State::kCapture) {
+    Frame staged{frame.program, {}, {}};
+    for (const Tensor& t : frame.externals) {
+      staged.externals.push_back(Tensor::empty(t.shape(), t.dtype(), t.device()));
+    }
+    captured.staged = staged.externals;
+    KeepNewStorages keep(&captured.scratch);
+    cuda::begin_capture(run.stream);
+    bool recorded_every_step = true;
+    try {
+      run_all_steps(staged, run);
+    } catch (...) {
+      // Not capturable, or failing: the node-by-node replay reports it.
+      recorded_every_step = false;
+    }
+    captured.graph = cuda::end_capture(run.stream);
+    if (captured.graph == nullptr || !recorded_every_step) {
+      captured.state = State::kNodeByNode;
+      captured.staged.clear();
+      captured.scratch.clear();
+      return run_all_steps(frame, run);
+    }
+    captured.state = State::kCaptured;
+  }
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const Tensor& from = frame.externals[i];
+    cuda::copy_async(captured.staged[i].raw_data(), from.raw_data(), from.nbytes(), run.stream);
+  }
+  cuda::launch_graph(captured.graph, run.stream);
+  for (size_t i = num_inputs; i < frame.externals.size(); ++i) {
+    const Tensor& to = frame.externals[i];
+    cuda::copy_async(to.raw_data(), captured.staged[i].raw_data(), to.nbytes(), run.stream);
+  }
+}
+
 }  // namespace
 
 Executor::Executor(Graph graph, ExecutorOptions options) {
@@ -141,7 +207,11 @@ Executor::Executor(Graph graph, ExecutorOptions options) {
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const GraphInput& input = g.inputs[i];
     if (input.kind == InputKind::kConstant) {
-      fixed[input.value] = input.constant;
+      // Weights of a graph loaded on the CPU, replayed on a GPU: moved once.
+      fixed[input.value] = input.constant.device() == options.device
+                               ? input.constant
+                               : kernels::call1("to_device", {input.constant},
+                                                {{"device", options.device.to_string()}});
       p.input_position.push_back(-1);
     } else {
       external[input.value] = p.num_call_inputs;
@@ -211,6 +281,9 @@ Executor::Executor(Graph graph, ExecutorOptions options) {
     }
     p.segments.push_back(std::move(segment));
   }
+  if (options.device.is_cuda() && options.cuda_graph) {
+    p.captured = std::make_unique<Program::Captured>();
+  }
   program_ = std::move(program);
 }
 
@@ -274,6 +347,22 @@ std::vector<Tensor> Executor::run(absl::Span<const Tensor> inputs,
   }
 
   engine::Engine& engine = engine::current();
+  if (p.captured != nullptr && !p.steps.empty() && !(reseed && p.num_random_steps > 0)) {
+    // The whole call as one op: Note [One launch per call].
+    absl::InlinedVector<engine::Var*, 16> reads, writes;
+    for (const Program::Segment& segment : p.segments) {
+      reads.insert(reads.end(), segment.reads.begin(), segment.reads.end());
+      writes.insert(writes.end(), segment.writes.begin(), segment.writes.end());
+    }
+    for (size_t i = 0; i < frame->externals.size(); ++i) {
+      bool input = i < static_cast<size_t>(p.num_call_inputs);
+      (input ? reads : writes).push_back(frame->externals[i].var());
+    }
+    const Program::Step& first = p.steps.front();
+    engine.push([frame](const engine::RunContext& run) { run_as_cuda_graph(*frame, run); },
+                p.options.device, reads, writes, first.op->name.c_str(), first.where);
+    return outputs;
+  }
   for (const Program::Segment& segment : p.segments) {
     absl::InlinedVector<engine::Var*, 8> reads(segment.reads.begin(), segment.reads.end());
     absl::InlinedVector<engine::Var*, 8> writes(segment.writes.begin(), segment.writes.end());

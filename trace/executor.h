@@ -25,6 +25,21 @@
 //
 // Calls may overlap: the planned buffers are shared between calls, and the
 // engine orders each call's writes after the previous call's reads.
+//
+// Note [One launch per call]
+// On a CUDA device a call is one engine op, and from the second call on one
+// launch of a CUDA graph: the first call runs the kernels as usual (which
+// creates the library handles, picks convolution algorithms and fills the
+// allocator's cache), the second records them into a graph while running
+// nothing, then launches it. A graph holds fixed addresses, so it reads
+// and writes the executor's own copies of the call's inputs and outputs:
+// a call copies its inputs in, launches the graph and copies the outputs
+// out, three operations on the stream however many nodes the graph has.
+// Scratch memory the kernels took during the capture stays with the graph
+// (KeepNewStorages in core/storage.h). A graph whose kernels cannot be
+// captured (a kernel that synchronizes or allocates on the device) is
+// replayed node by node instead, as are calls that reseed random nodes,
+// whose seeds a graph would freeze.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +63,9 @@ struct ExecutorOptions {
   bool plan_memory = true;
   // Consecutive nodes pushed as one engine op; see Note [Segments].
   int max_segment_nodes = 64;
+  // On a CUDA device: replay as one CUDA graph launch; see Note [One launch
+  // per call].
+  bool cuda_graph = true;
 };
 
 class Executor {

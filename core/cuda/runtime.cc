@@ -133,6 +133,34 @@ void copy_async(void* dst, const void* src, size_t nbytes, void* s) {
       cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s)));
 }
 
+void begin_capture(void* s) {
+  // Thread-local mode: other threads' CUDA calls (the frontend allocating,
+  // the event watcher) go on undisturbed, and an unsafe call on this thread
+  // fails the capture instead of the process.
+  TANDEM_CUDA_CHECK(
+      cudaStreamBeginCapture(static_cast<cudaStream_t>(s), cudaStreamCaptureModeThreadLocal));
+}
+
+void* end_capture(void* s) {
+  cudaGraph_t graph = nullptr;
+  cudaError_t status = cudaStreamEndCapture(static_cast<cudaStream_t>(s), &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (status == cudaSuccess && graph != nullptr) {
+    status = cudaGraphInstantiate(&exec, graph, 0);
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // A failed capture is an answer here, not an error.
+    return nullptr;
+  }
+  return exec;
+}
+
+void launch_graph(void* graph, void* s) {
+  TANDEM_CUDA_CHECK(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(s)));
+}
+
 void* device_malloc(int device, size_t nbytes) {
   check_device(device);
   DeviceScope scope(device);

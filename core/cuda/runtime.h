@@ -33,6 +33,15 @@ void wait_and_release_event(void* event);
 // alike (unified addressing tells them apart).
 void copy_async(void* dst, const void* src, size_t nbytes, void* stream);
 
+// CUDA graphs: what the calling thread enqueues on `stream` between
+// begin_capture and end_capture is recorded, not run. end_capture returns
+// the graph ready to launch, or null when something in it could not be
+// captured (the stream is then usable again and no error lingers).
+void begin_capture(void* stream);
+void* end_capture(void* stream);
+// Enqueues one run of a captured graph on `stream`.
+void launch_graph(void* graph, void* stream);
+
 // Device memory of `device`: null when the device has none left.
 void* device_malloc(int device, size_t nbytes);
 // Frees device memory; implicitly waits for the device to finish its work.

@@ -24,6 +24,9 @@ void synchronize(void*) { no_cuda(); }
 void* record_event(void*) { no_cuda(); }
 void wait_and_release_event(void*) { no_cuda(); }
 void copy_async(void*, const void*, size_t, void*) { no_cuda(); }
+void begin_capture(void*) { no_cuda(); }
+void* end_capture(void*) { no_cuda(); }
+void launch_graph(void*, void*) { no_cuda(); }
 void* device_malloc(int, size_t) { no_cuda(); }
 void device_free(int, void*) { no_cuda(); }
 void* pinned_malloc(size_t) { no_cuda(); }

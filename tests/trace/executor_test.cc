@@ -51,6 +51,31 @@ TEST(ExecutorTest, MatchesEagerCalls) {
   EXPECT_EQ(out[0].to_vector<float>(), eager_mlp(x, w, b).to_vector<float>());
 }
 
+// On a GPU: the first call runs node by node, the second is captured as a
+// CUDA graph and launched, later ones launch it (Note [One launch per
+// call]); every call must match the CPU, with its own inputs.
+TEST(ExecutorTest, ReplaysOnCudaMatchingTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  const Device cuda = Device::cuda(0);
+  auto to = [](const Tensor& t, Device d) {
+    return kernels::call1("to_device", {t}, {{"device", d.to_string()}});
+  };
+  for (bool cuda_graph : {true, false}) {
+    SCOPED_TRACE(cuda_graph ? "as a CUDA graph" : "node by node");
+    Executor exec(mlp_graph(5), {.device = cuda, .cuda_graph = cuda_graph});
+    Tensor w = random_tensor({4, 3}, 2), b = random_tensor({4}, 3);
+    for (int call = 0; call < 4; ++call) {
+      Tensor x = random_tensor({5, 3}, 10 + call);
+      std::vector<Tensor> out = exec.run({to(x, cuda), to(w, cuda), to(b, cuda)});
+      ASSERT_EQ(out[0].device(), cuda);
+      std::vector<float> got = out[0].to_vector<float>();
+      std::vector<float> want = eager_mlp(x, w, b).to_vector<float>();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << "call " << call;
+    }
+  }
+}
+
 TEST(ExecutorTest, OverlappingCallsEachGetTheirOwnResult) {
   // Calls pushed back to back share the planned buffers; the engine must
   // order them so that no call reads another's intermediates.
