@@ -141,11 +141,25 @@ constexpr int kDefaultCpuWorkers = 1;
 // watcher thread finishes the op when the event fires, while the worker
 // goes on launching. Waiting on a var of a CUDA device (wait, wait_all, so
 // reading values) then also waits for the device's stream, and reports a
-// kernel that failed asynchronously; that is the only place the host waits
-// for a device. MXNet's GPU engine and PyTorch's caching allocator make the
+// kernel that failed asynchronously; that and a copy between two GPUs,
+// whose worker first waits for the other GPU's stream, are the only places
+// a host thread waits for a device. MXNet's GPU engine and PyTorch's caching allocator make the
 // same bet on stream order.
 
 namespace {
+
+// A GPU op that touches another GPU's memory (a copy between devices) may
+// start only once that device has run what it launched on the memory
+// before: the other stream does not order it. Rare, so it simply waits.
+void wait_for_other_gpus(const OpRecord& op) {
+  auto wait_for = [&](Var* var) {
+    if (var->device().is_cuda() && var->device() != op.device) {
+      cuda::synchronize(cuda::stream(var->device().index()));
+    }
+  };
+  for (Var* var : op.reads) wait_for(var);
+  for (Var* var : op.writes) wait_for(var);
+}
 
 // Whether every var of a GPU op lives on its device, so that the stream
 // orders all of its accesses.
@@ -285,6 +299,7 @@ OpRecord* ThreadedEngine::run(OpRecord* op, const RunContext& context) {
     int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
     try {
       RunningOpScope running(op->name);
+      if (op->device.is_cuda()) wait_for_other_gpus(*op);
       op->fn(context);
     } catch (...) {
       failure = capture_failure(op->name, op->where);
