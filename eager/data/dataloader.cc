@@ -11,8 +11,10 @@
 #include <thread>
 #include <utility>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/shape.h"
+#include "core/storage.h"
 
 namespace tandem::data {
 namespace {
@@ -44,9 +46,32 @@ class SplitMix64 {
   uint64_t state_;
 };
 
-// Copies rows `rows[0..count)` of each tensor into new contiguous tensors.
+// Uninitialized host memory, page-locked when `pinned`. No op can see the
+// tensor yet, so its builder may write it directly.
+Tensor empty_host(Shape shape, DType dtype, bool pinned) {
+  if (!pinned) return Tensor::empty(std::move(shape), dtype);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype),
+                                            Device::cpu(), /*pinned=*/true);
+  impl->shape = std::move(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+// `t` in pinned memory, copied on this thread (see DataLoaderOptions::
+// pin_memory); `t` itself when it is pinned already or not a CPU tensor.
+Tensor pinned_copy(const Tensor& t) {
+  if (!t.defined() || !t.device().is_cpu() || t.is_pinned()) return t;
+  t.wait_to_read();  // The transform may have pushed ops that write it.
+  Tensor out = empty_host(t.shape(), t.dtype(), /*pinned=*/true);
+  if (t.nbytes() != 0) std::memcpy(out.raw_data(), t.raw_data(), t.nbytes());
+  return out;
+}
+
+// Copies rows `rows[0..count)` of each tensor into new contiguous tensors,
+// in pinned memory when `pinned`.
 Batch gather(const std::vector<Tensor>& tensors, const int64_t* rows, int64_t count,
-             bool consecutive) {
+             bool consecutive, bool pinned) {
   Batch batch;
   batch.reserve(tensors.size());
   for (const Tensor& source : tensors) {
@@ -54,7 +79,7 @@ Batch gather(const std::vector<Tensor>& tensors, const int64_t* rows, int64_t co
     const size_t row_bytes =
         static_cast<size_t>(source.numel() / dims[0]) * dtype_size(source.dtype());
     dims[0] = count;
-    Tensor out = Tensor::empty(Shape(absl::MakeConstSpan(dims)), source.dtype());
+    Tensor out = empty_host(Shape(absl::MakeConstSpan(dims)), source.dtype(), pinned);
     if (row_bytes > 0 && count > 0) {
       const char* src = static_cast<const char*>(source.raw_data());
       char* dst = static_cast<char*>(out.raw_data());
@@ -98,6 +123,7 @@ class DataLoader::Epoch {
         std::vector<int64_t> order, int64_t num_batches, std::source_location where)
       : tensors_(std::move(tensors)),
         options_(std::move(options)),
+        pin_(options_.pin_memory && cuda_device_count() > 0),
         epoch_(epoch),
         order_(std::move(order)),
         num_batches_(num_batches),
@@ -156,8 +182,14 @@ class DataLoader::Epoch {
       const int64_t begin = index * options_.batch_size;
       const int64_t count =
           std::min<int64_t>(options_.batch_size, static_cast<int64_t>(order_.size()) - begin);
-      item.batch = gather(tensors_, order_.data() + begin, count, !options_.shuffle);
-      if (options_.transform) item.batch = options_.transform(std::move(item.batch));
+      const bool pin_rows = pin_ && !options_.transform;
+      item.batch = gather(tensors_, order_.data() + begin, count, !options_.shuffle, pin_rows);
+      if (options_.transform) {
+        item.batch = options_.transform(std::move(item.batch));
+        if (pin_) {
+          for (Tensor& t : item.batch) t = pinned_copy(t);
+        }
+      }
     } catch (...) {
       item.batch.clear();
       item.error = std::current_exception();
@@ -200,6 +232,7 @@ class DataLoader::Epoch {
   // Read by the producer; fixed while it runs.
   const std::vector<Tensor> tensors_;
   const DataLoaderOptions options_;
+  const bool pin_;  // options_.pin_memory, and a CUDA device to pin for.
   const uint64_t epoch_;
   const std::vector<int64_t> order_;
   const int64_t num_batches_;

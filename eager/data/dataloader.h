@@ -86,6 +86,16 @@ struct DataLoaderOptions {
   // Applied to every batch after gathering, on the producer thread (e.g.
   // to_float normalization); empty means none.
   std::function<Batch(Batch)> transform;
+  // Hand out batches in page-locked (pinned) host memory, like PyTorch's
+  // pin_memory: a batch's copy to a CUDA device (batch[0].to(Device::cuda()))
+  // then reads it directly instead of staging it, and does not hold up the
+  // device's worker. The pinning happens where the batch is built (the
+  // producer thread with prefetch > 0), after the transform: the gathered
+  // rows go straight into pinned memory when there is no transform, and each
+  // CPU tensor the transform returns is copied into pinned memory otherwise.
+  // When this machine has no CUDA device (cuda_device_count() == 0) it does
+  // nothing: pinned memory needs one, and a CPU-only run loses nothing.
+  bool pin_memory = false;
 };
 
 class DataLoader {
