@@ -146,14 +146,21 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     TANDEM_CHECK(numel() == 1, "backward() without a gradient needs a scalar, got shape ",
                  shape().to_string(), "; pass the gradient of the output");
     std::vector<int64_t> dims(shape().begin(), shape().end());
-    seed = kernels::call1("ones", {}, {{"shape", dims}, {"dtype", dtype()}});
+    // On the tensor's device: a gradient formula may broadcast the seed to a
+    // full tensor, which must not land on the CPU beside GPU tensors.
+    seed = kernels::call1("ones", {},
+                          {{"shape", dims}, {"dtype", dtype()}, {"device", device().to_string()}});
   }
   TANDEM_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward(): the gradient has ",
                "shape ", seed.shape().to_string(), " ", dtype_name(seed.dtype()), ", the tensor ",
                shape().to_string(), " ", dtype_name(dtype()));
+  TANDEM_CHECK(seed.device() == device() || (seed.rank() == 0 && seed.device().is_cpu()),
+               "backward(): the gradient is on ", seed.device().to_string(), ", the tensor on ",
+               device().to_string());
   // Gradients are computed with ops but not recorded: no double backward yet.
   NoGradGuard no_grad;
-  if (!meta->grad_fn) {  // A leaf: its gradient is the seed.
+  if (seed.device() != device()) seed = seed.to(device());  // A CPU scalar: leaves' grads follow.
+  if (!meta->grad_fn) {                                     // A leaf: its gradient is the seed.
     meta->grad = accumulate(meta->grad, seed);
     return;
   }
@@ -186,7 +193,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
           grad_outputs[k] = kernels::call1(
               "zeros", {},
               {{"shape", std::vector<int64_t>(out.shape().begin(), out.shape().end())},
-               {"dtype", out.dtype()}});
+               {"dtype", out.dtype()},
+               {"device", out.device().to_string()}});
         }
         input_grads = node->backward(grad_outputs);
       } else {

@@ -8,6 +8,8 @@
 
 #include "absl/container/flat_hash_map.h"
 
+#include "core/cuda/runtime.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
@@ -78,6 +80,26 @@ std::string retrace_reason(const Signature* last, const Signature& now) {
 AutogradMeta* leaf_meta(const Tensor& t) {
   AutogradMeta* meta = t.impl_ptr()->autograd.get();
   return meta != nullptr && meta->requires_grad && meta->grad_fn == nullptr ? meta : nullptr;
+}
+
+// Ones of y's shape, dtype and device, made without an op so that the tracer
+// takes them for a graph input rather than a node: a filled CPU tensor, and
+// on a GPU a copy of it pushed straight to the engine (the tracer sees
+// dispatched ops only).
+Tensor ones_without_op(const Tensor& y) {
+  Tensor host = y.dtype() == DType::kFloat32
+                    ? Tensor::from_vector<float>(std::vector<float>(y.numel(), 1.0f), y.shape())
+                    : Tensor::from_vector<double>(std::vector<double>(y.numel(), 1.0), y.shape());
+  if (y.device().is_cpu()) return host;
+  Tensor out = Tensor::empty(y.shape(), y.dtype(), y.device());
+  engine::current().push(
+      [from = host.snapshot(), to = out.snapshot()](const engine::RunContext& context) {
+        if (from.nbytes() != 0) {
+          cuda::copy_async(to.raw_data(), from.raw_data(), from.nbytes(), context.stream);
+        }
+      },
+      y.device(), {host.var()}, {out.var()}, "grad_output_seed");
+  return out;
 }
 
 std::vector<double> values_of(const Tensor& t) {
@@ -286,10 +308,7 @@ CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Sign
     TANDEM_CHECK(y.dtype() == DType::kFloat32 || y.dtype() == DType::kFloat64,
                  "a differentiable hybridized output must be float32 or float64, got ",
                  dtype_name(y.dtype()));
-    // Ones, made without an op so that they are an input, not a node.
-    Tensor seed = y.dtype() == DType::kFloat32
-                      ? Tensor::from_vector<float>(std::vector<float>(y.numel(), 1.0f), y.shape())
-                      : Tensor::from_vector<double>(std::vector<double>(y.numel(), 1.0), y.shape());
+    Tensor seed = ones_without_op(y);
     seed_value = tracer.add_input(seed, "grad_output0");
     std::vector<Tensor> grads_before;
     for (const Leaf& leaf : leaves) {

@@ -2,6 +2,9 @@
 
 #include <mutex>
 
+#include "core/error.h"
+#include "core/tensor_observer.h"
+#include "eager/autograd.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops/op_helpers.h"
 
@@ -192,6 +195,30 @@ Tensor randn(const Dims& shape, DType dtype, Device device, Location where) {
 Tensor to(const Tensor& x, Device device, Location where) {
   if (x.device() == device) return x;
   return run("to_device", {x}, {{"device", device.to_string()}}, where);
+}
+
+void move_to_(const Tensor& x, Device device, Location where) {
+  CallSiteScope site("move_to_", where);
+  TANDEM_CHECK(x.defined(), "cannot move an undefined tensor");
+  if (x.device() == device) return;
+  TensorImpl& impl = *x.impl_ptr();
+  TANDEM_CHECK(impl.autograd == nullptr || impl.autograd->grad_fn == nullptr,
+               "can only move a leaf tensor in place; this one is the result of op '",
+               impl.autograd ? impl.autograd->grad_fn->display_name() : "",
+               "' (use to(device) for a copy)");
+  TANDEM_CHECK(current_tensor_observer() == nullptr, "cannot move a ", dtype_name(x.dtype()),
+               x.shape().to_string(), " tensor from ", x.device().to_string(), " to ",
+               device.to_string(),
+               " while a function is being traced (hybridize): move modules and optimizer "
+               "state before the first hybridized call");
+  NoGradGuard no_grad;
+  // The copy reads a snapshot: ops pushed before keep the data they were given.
+  Tensor moved = to(x.snapshot(), device, where);
+  impl.storage = moved.storage();
+  impl.byte_offset = moved.byte_offset();
+  if (impl.autograd != nullptr && impl.autograd->grad.defined()) {
+    impl.autograd->grad = to(impl.autograd->grad.snapshot(), device, where);
+  }
 }
 
 Tensor Tensor::to(Device device, std::source_location where) const {

@@ -96,6 +96,16 @@ Tensor expand(const Tensor& x, const Dims& shape, TANDEM_HERE);
 // A copy of x on `device` (x itself when it is there already); gradients
 // flow back to x's device. Also x.to(device).
 Tensor to(const Tensor& x, Device device, TANDEM_HERE);
+// Moves the leaf tensor `x` itself to `device`: `x`, and every handle that
+// shares it (a module's member, its parameters(), an optimizer's list), then
+// refers to a copy on `device` made by the to_device op outside autograd. It
+// is assign_ across devices, for Module::to and optimizer state (see Note
+// [Moving a module between devices] in eager/nn/module.h): `x` keeps its
+// autograd state, so a parameter stays a leaf with its requires_grad, and an
+// accumulated grad() moves with it. No-op when `x` is there already. Throws
+// tandem::Error for a non-leaf (moving it would cut its graph) and while a
+// function is being traced (hybridize), which cannot record a rebinding.
+void move_to_(const Tensor& x, Device device, TANDEM_HERE);
 
 Tensor zeros(const Dims& shape, DType dtype = DType::kFloat32, Device device = Device::cpu(),
              TANDEM_HERE);

@@ -31,7 +31,7 @@ Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
     bias_ = register_parameter("bias", Tensor::empty({o.out_channels}, o.dtype));
     init::uniform_(bias_, -bound, bound);
   } else {
-    zero_bias_ = zeros({o.out_channels}, o.dtype);
+    zero_bias_ = register_constant(zeros({o.out_channels}, o.dtype));
   }
 }
 

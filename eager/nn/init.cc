@@ -48,17 +48,18 @@ std::pair<int64_t, int64_t> calculate_fans(const Tensor& tensor) {
 
 Tensor uniform_(const Tensor& tensor, double low, double high) {
   NoGradGuard no_grad;
-  return set(tensor, add(mul(rand(dims_of(tensor), tensor.dtype()), high - low), low));
+  return set(tensor,
+             add(mul(rand(dims_of(tensor), tensor.dtype(), tensor.device()), high - low), low));
 }
 
 Tensor normal_(const Tensor& tensor, double mean, double std) {
   NoGradGuard no_grad;
-  return set(tensor, add(mul(randn(dims_of(tensor), tensor.dtype()), std), mean));
+  return set(tensor, add(mul(randn(dims_of(tensor), tensor.dtype(), tensor.device()), std), mean));
 }
 
 Tensor constant_(const Tensor& tensor, double value) {
   NoGradGuard no_grad;
-  return set(tensor, full(dims_of(tensor), value, tensor.dtype()));
+  return set(tensor, full(dims_of(tensor), value, tensor.dtype(), tensor.device()));
 }
 
 Tensor zeros_(const Tensor& tensor) { return constant_(tensor, 0); }

@@ -9,7 +9,9 @@
 // handle on the tensor (the module's member, parameters(), an optimizer's
 // list) sees the new value, and autograd records nothing. Random ones draw
 // from the global generator, so tandem::manual_seed(s) before building a model
-// makes its initial weights reproducible. Each returns its argument.
+// makes its initial weights reproducible (on every device: the values are
+// made on the tensor's own device, the same for the same seed). Each returns
+// its argument.
 //
 // Fans, as in PyTorch, for a weight of shape [out, in, k1, k2, ...]:
 //   fan_in = in * k1 * k2 * ...,  fan_out = out * k1 * k2 * ...

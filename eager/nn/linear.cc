@@ -20,7 +20,7 @@ Linear::Linear(const LinearOptions& options) : options_(options) {
     bias_ = register_parameter("bias", Tensor::empty({options.out_features}, options.dtype));
     init::uniform_(bias_, -bound, bound);
   } else {
-    zero_bias_ = zeros({options.out_features}, options.dtype);
+    zero_bias_ = register_constant(zeros({options.out_features}, options.dtype));
   }
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 
 #include "core/error.h"
+#include "core/tensor_observer.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
 
@@ -40,6 +41,7 @@ Tensor Module::operator()(const Tensor& x) {
   }
   hybrid_.last_input_shape = x.shape();
   hybrid_.last_input_dtype = x.dtype();
+  hybrid_.last_input_device = x.device();
   hybrid_.called = true;
   return (*hybrid_.function)({x}, training_ ? 1 : 0)[0];
 }
@@ -50,6 +52,11 @@ void Module::export_model(const std::string& path, const ExportOptions& options)
   TANDEM_CHECK(hybrid_.called, type_name(), ".export_model('", path,
                "'): call the hybridized module once first; the export traces it at that "
                "input's shape");
+  for (const auto& [name, tensor] : state_dict()) {
+    TANDEM_CHECK(tensor.device().is_cpu(), type_name(), ".export_model('", path, "'): '", name,
+                 "' is on ", tensor.device().to_string(),
+                 "; an exported model is a CPU model: call to(Device::cpu()) first");
+  }
   // An inference trace of its own, whatever mode the module is in.
   const bool was_training = training_;
   absl::Cleanup restore_mode = [&] { train(was_training); };
@@ -66,7 +73,8 @@ void Module::export_model(const std::string& path, const ExportOptions& options)
   {
     NoGradGuard no_grad;
     const auto dims = hybrid_.last_input_shape.dims();
-    inference({zeros(std::vector<int64_t>(dims.begin(), dims.end()), hybrid_.last_input_dtype)});
+    inference({zeros(std::vector<int64_t>(dims.begin(), dims.end()), hybrid_.last_input_dtype,
+                     hybrid_.last_input_device)});
   }
   NamedTensors names = named_parameters();
   for (auto& buffer : named_buffers()) names.push_back(std::move(buffer));
@@ -108,6 +116,39 @@ Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
   if (tensor.requires_grad()) tensor = tensor.detach();
   buffers_.emplace_back(name, tensor);
   return tensor;
+}
+
+Tensor Module::register_constant(Tensor tensor) {
+  TANDEM_CHECK(tensor.defined(), type_name(), ": a constant is an undefined tensor");
+  if (tensor.requires_grad()) tensor = tensor.detach();
+  constants_.push_back(tensor);
+  return tensor;
+}
+
+Module& Module::to(Device device) {
+  const int count = cuda_device_count();
+  TANDEM_CHECK(device.is_cpu() || device.index() < count, type_name(), ".to(", device.to_string(),
+               "): ",
+               count == 0 ? std::string("this machine has no CUDA device")
+                          : str_cat("this machine has ", count, " CUDA device(s)"));
+  TANDEM_CHECK(current_tensor_observer() == nullptr, type_name(), ".to(", device.to_string(),
+               ") while a function is being traced (hybridize); move the module before");
+  absl::flat_hash_set<const void*> seen;
+  move_to(device, seen);
+  return *this;
+}
+
+void Module::move_to(Device device, absl::flat_hash_set<const void*>& seen) {
+  auto move = [&](const Tensor& t) {
+    if (seen.insert(t.impl_ptr().get()).second) move_to_(t, device);
+  };
+  for (const auto& entry : parameters_) move(entry.second);
+  for (const auto& entry : buffers_) move(entry.second);
+  for (const Tensor& t : constants_) move(t);
+  // Traced graphs hold the old device's tensors: trace again at the next call.
+  hybrid_.function.reset();
+  hybrid_.called = false;
+  for (const auto& entry : children_) entry.second->move_to(device, seen);
 }
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
@@ -222,13 +263,11 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     TANDEM_CHECK(value.shape() == target.shape() && value.dtype() == target.dtype(),
                  "load_state_dict: '", name, "' is ", describe(value), " in the state dict but ",
                  describe(target), " in the model");
-    TANDEM_CHECK(value.device() == target.device(), "load_state_dict: '", name, "' is on ",
-                 value.device().to_string(), " in the state dict but on ",
-                 target.device().to_string(), " in the model");
   }
   NoGradGuard no_grad;
   for (const auto& [name, target] : targets) {
-    if (state.contains(name)) target.assign_(state.at(name));
+    // A checkpoint is device-neutral: its values go to the model's device.
+    if (state.contains(name)) target.assign_(state.at(name).to(target.device()));
   }
 }
 

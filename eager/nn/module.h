@@ -35,6 +35,23 @@
 // state_dict() is a detached handle: a snapshot that later updates do not
 // change.
 //
+// Note [Moving a module between devices]
+// to(device) moves a module's tensors the way an update does: it rebinds each
+// handle (move_to_ in eager/ops.h, assign_ across devices) rather than
+// registering new tensors. So, after `net->to(Device::cuda())`:
+//  * a layer's member, parameters() and state_dict() keys are unchanged and
+//    now refer to the copies on the GPU; a parameter is still a leaf with its
+//    requires_grad, and a gradient it had accumulated moves too;
+//  * an optimizer made before holds the same handles and updates the moved
+//    parameters; its state (momentum, Adam's moments) follows them at its
+//    next step(). Making the optimizer after to(), as PyTorch advises, saves
+//    that one copy and is the recommended order;
+//  * a hybridized module forgets its traced graphs and traces again at its
+//    next call (the graphs were built for the old device);
+//  * snapshots taken before (state_dict()) stay where they were.
+// The copies are to_device ops like any other: to() returns at once. It may
+// not be called while a function is being traced.
+//
 // Lifetime: modules are held by std::shared_ptr (children are shared, so a
 // module may appear in two parents, e.g. for weight tying). Modules can be
 // moved, not copied. Module is not thread-safe: one thread builds and trains
@@ -96,6 +113,12 @@ class Module {
   // (no gradient): e.g. running statistics. Returns the kept handle.
   Tensor register_buffer(const std::string& name, Tensor tensor);
 
+  // Keeps `tensor` as a constant of this module: used by forward() but
+  // neither trained nor saved (a bias-free layer's zero bias, a non-affine
+  // norm's ones and zeros), so it is in none of the lists below; to() moves
+  // it with the parameters. Returns the kept handle.
+  Tensor register_constant(Tensor tensor);
+
   // Adds a child; its parameters appear under "name.". Returns `module`.
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
@@ -120,6 +143,22 @@ class Module {
   // Number of elements over all parameters().
   int64_t num_parameters() const;
 
+  // ---- Devices. ----
+
+  // Moves every parameter, buffer and constant of this module and its
+  // descendants to `device` (a tensor shared by two modules moves once) and
+  // returns *this, like PyTorch's module.to(device):
+  //
+  //   auto net = std::make_shared<Mlp>();
+  //   net->to(Device::cuda());                 // before making the optimizer
+  //   optim::SGD opt(net->parameters(), 0.1);
+  //   Tensor y = (*net)(x.to(Device::cuda()));
+  //
+  // See Note [Moving a module between devices]. Throws tandem::Error when
+  // `device` does not exist on this machine (e.g. cuda:0 without a GPU) or
+  // while a function is being traced; nothing has moved then.
+  Module& to(Device device);
+
   // ---- Modes and gradients. ----
 
   // Sets training mode on this module and every descendant (Dropout and
@@ -143,7 +182,9 @@ class Module {
   // copied). Throws tandem::Error naming the keys when `state` lacks a key of
   // state_dict() or has one it does not know (unless `strict` is false, which
   // ignores both), or naming the key and both shapes/dtypes on a mismatch.
-  // Nothing is changed when it throws.
+  // Nothing is changed when it throws. Values on another device are copied
+  // to the device of the tensor they replace (a CPU checkpoint loads into a
+  // model on the GPU).
   void load_state_dict(const StateDict& state, bool strict = true);
 
   // write_state_dict(path, state_dict()) and
@@ -170,7 +211,8 @@ class Module {
   // `path`.params, for tandem::load (serialization/model.h) in a program
   // without this code. Needs hybridize() and one call since, whose input
   // shape the export traces at (dimension 0 stays free unless options say
-  // otherwise). The trace runs in eval mode without gradients, so batch norm
+  // otherwise). The model must be on the CPU (to(Device::cpu()) first; a
+  // loaded model runs on the CPU). The trace runs in eval mode without gradients, so batch norm
   // uses its running statistics and folds into the convolution before it;
   // the module's mode is restored afterwards. Parameters and buffers keep
   // their state_dict names.
@@ -189,9 +231,11 @@ class Module {
   void collect(const std::string& prefix, bool params, bool buffers, bool dedup, NamedTensors& out,
                absl::flat_hash_set<const void*>& seen) const;
   std::string to_string_indented(int indent) const;
+  void move_to(Device device, absl::flat_hash_set<const void*>& seen);
 
   NamedTensors parameters_;
   NamedTensors buffers_;
+  std::vector<Tensor> constants_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 
@@ -204,6 +248,7 @@ class Module {
     // The shape and dtype of the last hybridized call's input (export traces there).
     Shape last_input_shape;
     DType last_input_dtype = DType::kFloat32;
+    Device last_input_device;
     bool called = false;
     HybridState() = default;
     HybridState(HybridState&& other) noexcept : on(other.on), options(std::move(other.options)) {}

@@ -21,8 +21,8 @@ BatchNorm::BatchNorm(const BatchNormOptions& options, std::vector<int> ranks)
     weight_ = register_parameter("weight", ones({c}, options.dtype));
     bias_ = register_parameter("bias", zeros({c}, options.dtype));
   } else {
-    weight_ = ones({c}, options.dtype);
-    bias_ = zeros({c}, options.dtype);
+    weight_ = register_constant(ones({c}, options.dtype));
+    bias_ = register_constant(zeros({c}, options.dtype));
   }
   running_mean_ = register_buffer("running_mean", zeros({c}, options.dtype));
   running_var_ = register_buffer("running_var", ones({c}, options.dtype));
@@ -65,8 +65,8 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
     weight_ = register_parameter("weight", ones(shape, options.dtype));
     bias_ = register_parameter("bias", zeros(shape, options.dtype));
   } else {
-    weight_ = ones(shape, options.dtype);
-    bias_ = zeros(shape, options.dtype);
+    weight_ = register_constant(ones(shape, options.dtype));
+    bias_ = register_constant(zeros(shape, options.dtype));
   }
 }
 

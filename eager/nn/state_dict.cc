@@ -27,7 +27,9 @@ std::vector<std::string> StateDict::keys() const {
 void write_state_dict(const std::string& path, const StateDict& state) {
   std::vector<serialization::NamedTensor> tensors;
   tensors.reserve(state.size());
-  for (const auto& [name, tensor] : state) tensors.push_back({name, tensor});
+  for (const auto& [name, tensor] : state) {
+    tensors.push_back({name, tensor.defined() ? tensor.to(Device::cpu()) : tensor});
+  }
   serialization::write_params(path, tensors);
 }
 

@@ -47,8 +47,9 @@ class StateDict {
 };
 
 // Writes `state` to `path` as a params file (waits for the tensors' values).
-// Throws tandem::Error naming the path if it cannot be written, or naming the
-// key of a non-CPU tensor.
+// Tensors on a GPU are copied to the CPU first: a checkpoint names no device
+// (Module::load_state_dict puts values on the model's device). Throws
+// tandem::Error naming the path if it cannot be written.
 void write_state_dict(const std::string& path, const StateDict& state);
 
 // Reads a params file into CPU tensors. Throws tandem::Error naming the file

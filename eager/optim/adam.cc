@@ -63,9 +63,9 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decouple
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     const Dims dims(p.shape().begin(), p.shape().end());
-    state_[i].exp_avg = zeros(dims, p.dtype());
-    state_[i].exp_avg_sq = zeros(dims, p.dtype());
-    if (options.amsgrad) state_[i].max_exp_avg_sq = zeros(dims, p.dtype());
+    state_[i].exp_avg = zeros(dims, p.dtype(), p.device());
+    state_[i].exp_avg_sq = zeros(dims, p.dtype(), p.device());
+    if (options.amsgrad) state_[i].max_exp_avg_sq = zeros(dims, p.dtype(), p.device());
   }
 }
 
@@ -108,6 +108,9 @@ void Adam::step() {
     }
     const Scalars& k = it->second;
     State& s = state_[i];
+    follow_param_device(s.exp_avg, i);
+    follow_param_device(s.exp_avg_sq, i);
+    follow_param_device(s.max_exp_avg_sq, i);
     Tensor g = p.grad();
     Tensor param = p;
     if (wd != 0) {

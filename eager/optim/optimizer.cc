@@ -41,6 +41,12 @@ void Optimizer::set_lr(double lr) {
   for (const auto& [dtype, tensor] : lr_tensors_) tensor.assign_(full({}, lr, dtype));
 }
 
+void Optimizer::follow_param_device(const Tensor& state, size_t i) const {
+  if (state.defined() && state.device() != params_[i].device()) {
+    move_to_(state, params_[i].device());
+  }
+}
+
 const Tensor& Optimizer::lr_tensor(DType dtype) const {
   auto it = std::find_if(lr_tensors_.begin(), lr_tensors_.end(),
                          [&](const auto& entry) { return entry.first == dtype; });

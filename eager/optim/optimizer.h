@@ -17,7 +17,15 @@
 // Parameters whose grad() is undefined (unused in the last backward) are
 // skipped: neither they nor their state change. Per-parameter state
 // (momentum buffers, moment estimates) is made of tensors of the parameter's
-// shape and dtype, created (as zeros) by the constructor.
+// shape, dtype and device, created (as zeros) by the constructor.
+//
+// Devices: make the optimizer after moving the model (`net->to(device)`, then
+// `optim::Adam opt(net->parameters(), ...)`), as PyTorch advises. An
+// optimizer made before still works: it holds the same handles, so it updates
+// the moved parameters, and step() moves a parameter's state to the
+// parameter's device the first time they differ (an eager step; a step being
+// traced for hybridize cannot move it and throws). The learning rate and
+// step counts stay 0-d CPU tensors, which ops on any device accept.
 //
 // Note [Why optimizer state is tensors updated in place]
 // A hybridized training step (shared/DESIGN.md, "Hybridize") runs step() once
@@ -84,6 +92,10 @@ class Optimizer {
   const std::vector<Tensor>& params() const { return params_; }
 
  protected:
+  // Moves `state` (a tensor of parameter i's state) to the parameter's device
+  // when it is elsewhere (see "Devices" above); cheap when it is not.
+  void follow_param_device(const Tensor& state, size_t i) const;
+
   std::vector<Tensor> params_;
 
  private:

@@ -22,7 +22,7 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
   if (options.momentum == 0) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
-    momentum_buffers_[i] = zeros(Dims(p.shape().begin(), p.shape().end()), p.dtype());
+    momentum_buffers_[i] = zeros(Dims(p.shape().begin(), p.shape().end()), p.dtype(), p.device());
   }
   if (options.dampening != 0) steps_.emplace(params_.size());
 }
@@ -44,6 +44,7 @@ void SGD::step() {
     if (o.weight_decay != 0) g = add(g, mul(p, o.weight_decay));
     if (o.momentum != 0) {
       const Tensor& buf = momentum_buffers_[i];
+      follow_param_device(buf, i);
       Tensor scaled = g;
       if (steps_) {
         auto [it, is_new] = grad_scale.try_emplace({steps_->group(i), p.dtype()});
