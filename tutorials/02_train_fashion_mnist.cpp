@@ -9,15 +9,18 @@
 //   build/release/tutorials/02_train_fashion_mnist --model mlp     # MLP, 10 epochs, ~89%, ~25 s
 //   build/release/tutorials/02_train_fashion_mnist --quick         # a smoke run (what CI does)
 //   build/release/tutorials/02_train_fashion_mnist --hybridize     # the training step as a graph
-//   flags: --epochs N --batch-size B --lr X --seed S --export PATH
+//   build/release/tutorials/02_train_fashion_mnist --device cuda   # train on the GPU
+//   flags: --epochs N --batch-size B --lr X --seed S --export PATH --device cpu|cuda|cuda:N
 //
 // Steps:
 //   1. Load the data set (Debian's dataset-fashion-mnist, installed by
-//      tools/tandem.sh deps) and wrap it in DataLoaders.
-//   2. Build the model from nn layers.
-//   3. Train: forward, loss, backward, optimizer step; print progress.
+//      tools/tandem.sh deps) and wrap it in DataLoaders (batches in pinned
+//      memory when training on a GPU, so their copies there are direct).
+//   2. Build the model from nn layers and move it to the device.
+//   3. Train: each batch to the device, forward, loss, backward, optimizer
+//      step; print progress.
 //   4. Evaluate on the test set.
-//   5. Export the trained model (PATH.json + PATH.params, default
+//   5. Export, from the CPU, the trained model (PATH.json + PATH.params, default
 //      fashion_mnist_<model>) and a few test images as .npy files, for
 //      tutorials/04_deploy.cpp and tools/tandem-run, which need none of this
 //      code to run it.
@@ -46,6 +49,7 @@ struct Flags {
   bool quick = false;
   bool hybridize = false;
   std::string export_path;  // Empty: fashion_mnist_<model>.
+  Device device;            // --device cpu (the default), cuda or cuda:N.
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -72,10 +76,12 @@ Flags parse_flags(int argc, char** argv) {
       flags.hybridize = true;
     } else if (arg == "--export") {
       flags.export_path = value();
+    } else if (arg == "--device") {
+      flags.device = Device::parse(value());
     } else {
       TANDEM_CHECK(false, "unknown flag '", arg,
                    "'; expected --model cnn|mlp, --epochs, --batch-size, --lr, --seed, --quick, "
-                   "--hybridize, --export PATH");
+                   "--hybridize, --export PATH, --device cpu|cuda|cuda:N");
     }
   }
   TANDEM_CHECK(flags.model == "cnn" || flags.model == "mlp", "--model must be cnn or mlp");
@@ -155,17 +161,26 @@ int main(int argc, char** argv) try {
   train_options.shuffle = true;
   train_options.seed = flags.seed;
   train_options.transform = prepare;
+  train_options.pin_memory = flags.device.is_cuda();
   data::DataLoader train_loader({train.images, train.labels}, train_options);
   data::DataLoaderOptions test_options;
   test_options.batch_size = 1000;
   test_options.transform = prepare;
+  test_options.pin_memory = flags.device.is_cuda();
   data::DataLoader test_loader({test.images, test.labels}, test_options);
-  std::printf("Fashion-MNIST: %lld training and %lld test images; model %s; %d epoch(s)\n",
+  std::printf("Fashion-MNIST: %lld training and %lld test images; model %s on %s; %d epoch(s)\n",
               static_cast<long long>(train_loader.num_rows()),
-              static_cast<long long>(test_loader.num_rows()), flags.model.c_str(), flags.epochs);
+              static_cast<long long>(test_loader.num_rows()), flags.model.c_str(),
+              flags.device.to_string().c_str(), flags.epochs);
 
-  // 2. The model and the optimizer.
+  // 2. The model, moved to the device (a clear error if it does not exist),
+  // and then the optimizer, so that its state is made there too.
   std::shared_ptr<nn::Module> model = flags.model == "cnn" ? make_cnn() : make_mlp();
+  model->to(flags.device);
+  // A batch on the device: copies pushed like any op (from pinned memory on a GPU).
+  auto to_device = [&](const data::Batch& batch) {
+    return std::vector<Tensor>{batch[0].to(flags.device), batch[1].to(flags.device)};
+  };
   optim::Adam optimizer(model->parameters(), {.lr = flags.lr});
   optim::CosineAnnealingLR schedule(optimizer, flags.epochs);
 
@@ -197,7 +212,7 @@ int main(int argc, char** argv) try {
     int64_t step = 0, seen = 0, correct = 0, window_seen = 0;
     Tensor window_correct, loss;
     for (const data::Batch& batch : train_loader) {
-      std::vector<Tensor> result = train_step(batch);
+      std::vector<Tensor> result = train_step(to_device(batch));
       loss = result[0];
       Tensor batch_correct = result[1];
       window_correct =
@@ -223,16 +238,19 @@ int main(int argc, char** argv) try {
   NoGradGuard no_grad;
   int64_t correct = 0;
   for (const data::Batch& batch : test_loader) {
-    correct += count_correct(model->forward(batch[0]), batch[1]).item<int64_t>();
+    std::vector<Tensor> xy = to_device(batch);
+    correct += count_correct(model->forward(xy[0]), xy[1]).item<int64_t>();
   }
   double accuracy = static_cast<double>(correct) / test_loader.num_rows();
   std::printf("test accuracy: %.2f%% (%lld / %lld)\n", 100 * accuracy,
               static_cast<long long>(correct), static_cast<long long>(test_loader.num_rows()));
 
-  // 5. Export: hybridize the model, call it once (the export traces it at
-  // that shape; the batch dimension stays free), and write the graph and
-  // weights. The first 100 test images go beside them as NumPy files.
+  // 5. Export: back on the CPU (a loaded model runs there), hybridize the
+  // model, call it once (the export traces it at that shape; the batch
+  // dimension stays free), and write the graph and weights. The first 100
+  // test images go beside them as NumPy files.
   data::Batch samples = prepare({test.images.slice(0, 100), test.labels.slice(0, 100)});
+  model->to(Device::cpu());
   model->hybridize();
   (*model)(samples[0]);
   model->export_model(flags.export_path);
