@@ -7,7 +7,9 @@
 // types here: kernels compute in float32 and ops cast at their boundaries.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -61,6 +63,32 @@ decltype(auto) visit_all(DType dtype, F&& f) {
   if (dtype == DType::kFloat16) return f.template operator()<Half>();
   if (dtype == DType::kBFloat16) return f.template operator()<BFloat16>();
   return visit_numeric(dtype, std::forward<F>(f));
+}
+
+// float32, float64, float16, bfloat16: every floating dtype (the random ops
+// make them all).
+template <class F>
+decltype(auto) visit_all_floating(DType dtype, F&& f) {
+  if (dtype == DType::kFloat16) return f.template operator()<Half>();
+  if (dtype == DType::kBFloat16) return f.template operator()<BFloat16>();
+  return visit_floating(dtype, std::forward<F>(f));
+}
+
+// An unsigned integer as wide as `bytes` (an element's size, dtype_size):
+// kernels that only move elements copy these, one instantiation per element
+// size instead of per dtype.
+template <class F>
+decltype(auto) visit_element_bits(size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1:
+      return f.template operator()<uint8_t>();
+    case 2:
+      return f.template operator()<uint16_t>();
+    case 4:
+      return f.template operator()<uint32_t>();
+    default:
+      return f.template operator()<uint64_t>();
+  }
 }
 
 }  // namespace tandem::kernels

@@ -14,7 +14,7 @@ struct Identity {
 
 // The activation with the standalone op's formula, so that a fused layer
 // and the layer followed by the op agree.
-template <MathOp kOp>
+template <ElementwiseOp kOp>
 struct Elementwise {
   double alpha;  // Leaky ReLU's slope; unused by the others.
   template <class T>
@@ -47,15 +47,15 @@ void launch_bias_activation(T* y, const T* bias, int64_t count, int64_t inner, i
     case Activation::kNone:
       return launch(Identity{});
     case Activation::kRelu:
-      return launch(Elementwise<MathOp::kRelu>{alpha});
+      return launch(Elementwise<ElementwiseOp::kRelu>{alpha});
     case Activation::kGelu:
-      return launch(Elementwise<MathOp::kGelu>{alpha});
+      return launch(Elementwise<ElementwiseOp::kGelu>{alpha});
     case Activation::kSigmoid:
-      return launch(Elementwise<MathOp::kSigmoid>{alpha});
+      return launch(Elementwise<ElementwiseOp::kSigmoid>{alpha});
     case Activation::kTanh:
-      return launch(Elementwise<MathOp::kTanh>{alpha});
+      return launch(Elementwise<ElementwiseOp::kTanh>{alpha});
     case Activation::kLeakyRelu:
-      return launch(Elementwise<MathOp::kLeakyRelu>{alpha});
+      return launch(Elementwise<ElementwiseOp::kLeakyRelu>{alpha});
   }
 }
 

@@ -1,17 +1,17 @@
 // The CUDA kernels of the elementwise ops: binary arithmetic and comparisons
 // with broadcasting (kernels/ops/elementwise_binary.cc), the unary ops, cast
 // and where (elementwise_unary.cc), and fused_elementwise, interpreted per
-// element from the same program text as the CPU kernel
-// (fused_elementwise.cc). Each thread computes whole elements in registers;
+// element from the program the CPU kernel runs (kernels/fused_program.h).
+// Each thread computes whole elements in registers;
 // the values are those of the CPU functors (elementwise_math.cuh).
-#include <charconv>
+#include <memory>
 #include <string>
-#include <string_view>
 #include <type_traits>
 
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cuda/elementwise_math.cuh"
 #include "kernels/cuda/families.h"
+#include "kernels/fused_program.h"
 
 namespace tandem::kernels {
 namespace cuda {
@@ -47,7 +47,7 @@ void broadcast_binary(const KernelContext& c, F f) {
                                           static_cast<Out*>(out.raw_data()), ix, f});
 }
 
-template <MathOp kOp>
+template <ElementwiseOp kOp>
 struct Arithmetic {
   template <class T>
   __device__ T operator()(T x, T y) const {
@@ -63,7 +63,7 @@ struct Compare {
   }
 };
 
-template <MathOp kOp>
+template <ElementwiseOp kOp>
 void arithmetic_kernel(const KernelContext& c) {
   visit_numeric(c.inputs[0].dtype(),
                 [&]<class T>() { broadcast_binary<T, T>(c, Arithmetic<kOp>{}); });
@@ -76,7 +76,7 @@ void comparison_kernel(const KernelContext& c) {
 
 // Unary ops: out[i] = op(in[i]) with the op's parameters.
 
-template <class T, MathOp kOp>
+template <class T, ElementwiseOp kOp>
 struct UnaryMap {
   const T* in;
   T* out;
@@ -84,11 +84,11 @@ struct UnaryMap {
   __device__ void operator()(int64_t i) const { out[i] = apply(kOp, in[i], in[i], p0, p1); }
 };
 
-template <MathOp kOp>
+template <ElementwiseOp kOp>
 void unary_kernel(const KernelContext& c) {
   double p0 = 0, p1 = 0;
-  if constexpr (kOp == MathOp::kLeakyRelu) p0 = c.attrs.get_float("alpha");
-  if constexpr (kOp == MathOp::kClip) {
+  if constexpr (kOp == ElementwiseOp::kLeakyRelu) p0 = c.attrs.get_float("alpha");
+  if constexpr (kOp == ElementwiseOp::kClip) {
     p0 = c.attrs.get_float("min");
     p1 = c.attrs.get_float("max");
   }
@@ -98,7 +98,7 @@ void unary_kernel(const KernelContext& c) {
   };
   // The ops registered with infer_signed_numeric take float32, float64, int32
   // and int64; the rest float32 and float64 (elementwise_unary.cc).
-  if constexpr (kOp < MathOp::kExp || kOp == MathOp::kClip) {
+  if constexpr (kOp < ElementwiseOp::kExp || kOp == ElementwiseOp::kClip) {
     visit_numeric(c.inputs[0].dtype(), [&]<class T>() {
       if constexpr (std::is_signed_v<T>) launch.template operator()<T>();
     });
@@ -161,112 +161,47 @@ void where_kernel(const KernelContext& c) {
 inline constexpr int kMaxFusedInstrs = 64;
 inline constexpr int kMaxFusedInputs = 32;  // One bit each in FusedMap::scalar_inputs.
 
-struct FusedInstr {
-  MathOp op;
+struct DeviceInstr {
+  ElementwiseOp op;
   bool binary;
   int16_t operands[2];  // rM as M >= 0; iN as -1 - N.
   double p0, p1;
 };
 
-struct FusedProgram {
+struct DeviceProgram {
   int size = 0;
-  FusedInstr instrs[kMaxFusedInstrs];
+  DeviceInstr instrs[kMaxFusedInstrs];
 };
 
-struct FusedOpInfo {
-  std::string_view name;
-  MathOp op;
-  int arity;
-  std::string_view params[2];  // Named p0 and p1 in FusedInstr.
-};
-
-constexpr FusedOpInfo kFusedOps[] = {
-    {"neg", MathOp::kNeg, 1, {}},
-    {"abs", MathOp::kAbs, 1, {}},
-    {"sign", MathOp::kSign, 1, {}},
-    {"square", MathOp::kSquare, 1, {}},
-    {"relu", MathOp::kRelu, 1, {}},
-    {"exp", MathOp::kExp, 1, {}},
-    {"log", MathOp::kLog, 1, {}},
-    {"sqrt", MathOp::kSqrt, 1, {}},
-    {"rsqrt", MathOp::kRsqrt, 1, {}},
-    {"tanh", MathOp::kTanh, 1, {}},
-    {"sigmoid", MathOp::kSigmoid, 1, {}},
-    {"erf", MathOp::kErf, 1, {}},
-    {"gelu", MathOp::kGelu, 1, {}},
-    {"leaky_relu", MathOp::kLeakyRelu, 1, {"alpha"}},
-    {"clip", MathOp::kClip, 1, {"min", "max"}},
-    {"add", MathOp::kAdd, 2, {}},
-    {"sub", MathOp::kSub, 2, {}},
-    {"mul", MathOp::kMul, 2, {}},
-    {"div", MathOp::kDiv, 2, {}},
-    {"pow", MathOp::kPow, 2, {}},
-    {"maximum", MathOp::kMaximum, 2, {}},
-    {"minimum", MathOp::kMinimum, 2, {}},
-};
-
-// Cuts `text` at the first `separator`: returns the part before it and
-// leaves the rest (empty after the last part) in `text`.
-std::string_view next_part(std::string_view& text, char separator) {
-  size_t end = text.find(separator);
-  std::string_view part = text.substr(0, end);
-  text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
-  return part;
-}
-
-// Parses "r0=exp(i0);r1=clip(r0,max=6,min=0)". Inference has already checked
-// the text with the CPU parser, so only the CUDA limits are checked here.
-FusedProgram parse_program(std::string_view text, int num_inputs) {
+// The program parsed for the CPU kernel (kernels/fused_program.h), in the
+// form a kernel argument takes; only the CUDA limits are checked here.
+DeviceProgram device_program(const std::string& text, int num_inputs) {
   TANDEM_CHECK(num_inputs <= kMaxFusedInputs, "fused_elementwise on CUDA takes at most ",
                kMaxFusedInputs, " inputs, got ", num_inputs);
-  FusedProgram program;
-  while (!text.empty()) {
-    std::string_view statement = next_part(text, ';');
-    TANDEM_CHECK(program.size < kMaxFusedInstrs, "fused_elementwise on CUDA runs at most ",
-                 kMaxFusedInstrs, " instructions; the program has more");
-    size_t eq = statement.find('='), open = statement.find('(');
-    std::string_view name = statement.substr(eq + 1, open - eq - 1);
-    const FusedOpInfo* info = nullptr;
-    for (const FusedOpInfo& candidate : kFusedOps) {
-      if (candidate.name == name) info = &candidate;
-    }
-    TANDEM_INTERNAL_ASSERT(info != nullptr, "no CUDA form of fused op '", name, "'");
-    FusedInstr& instr = program.instrs[program.size++];
-    instr = {.op = info->op, .binary = info->arity == 2, .operands = {0, 0}, .p0 = 0, .p1 = 0};
-    std::string_view args = statement.substr(open + 1, statement.size() - open - 2);
-    for (int a = 0; !args.empty(); ++a) {
-      std::string_view arg = next_part(args, ',');
-      if (a < info->arity) {
-        int index = 0;
-        std::from_chars(arg.data() + 1, arg.data() + arg.size(), index);
-        instr.operands[a] = static_cast<int16_t>(arg[0] == 'i' ? -1 - index : index);
-      } else {
-        size_t assign = arg.find('=');
-        double& param = arg.substr(0, assign) == info->params[0] ? instr.p0 : instr.p1;
-        std::from_chars(arg.data() + assign + 1, arg.data() + arg.size(), param);
-      }
+  std::shared_ptr<const FusedProgram> parsed = cached_fused_program(text, num_inputs);
+  TANDEM_CHECK(parsed->instrs.size() <= static_cast<size_t>(kMaxFusedInstrs),
+               "fused_elementwise on CUDA runs at most ", kMaxFusedInstrs,
+               " instructions; the program has more");
+  DeviceProgram program;
+  for (const FusedInstr& instr : parsed->instrs) {
+    DeviceInstr& device = program.instrs[program.size++];
+    device = {.op = instr.code,
+              .binary = instr.arity == 2,
+              .operands = {0, 0},
+              .p0 = instr.params[0],
+              .p1 = instr.params[1]};
+    for (int a = 0; a < instr.arity; ++a) {
+      const FusedOperand& operand = instr.operands[static_cast<size_t>(a)];
+      device.operands[a] =
+          static_cast<int16_t>(operand.is_input ? -1 - operand.index : operand.index);
     }
   }
   return program;
 }
 
-// Engine workers replay the same few programs: keep the last one parsed on
-// each thread, as the CPU kernel does.
-const FusedProgram& cached_program(const std::string& text, int num_inputs) {
-  thread_local std::string cached_text;
-  thread_local int cached_inputs = -1;
-  thread_local FusedProgram cached;
-  if (cached_inputs != num_inputs || cached_text != text) {
-    cached = parse_program(text, num_inputs);
-    cached_text = text;
-    cached_inputs = num_inputs;
-  }
-  return cached;
-}
-
 template <class T>
 struct FusedMap {
-  FusedProgram program;
+  DeviceProgram program;
   const T* inputs[kMaxFusedInputs];
   uint32_t scalar_inputs;  // Bit N: input N has one element, read for every i.
   T* out;
@@ -280,7 +215,7 @@ struct FusedMap {
   __device__ void operator()(int64_t i) const {
     T registers[kMaxFusedInstrs];
     for (int k = 0; k < program.size; ++k) {
-      const FusedInstr& instr = program.instrs[k];
+      const DeviceInstr& instr = program.instrs[k];
       T x = operand(registers, instr.operands[0], i);
       T y = instr.binary ? operand(registers, instr.operands[1], i) : x;
       registers[k] = apply(instr.op, x, y, instr.p0, instr.p1);
@@ -290,8 +225,8 @@ struct FusedMap {
 };
 
 void fused_kernel(const KernelContext& c) {
-  const FusedProgram& program =
-      cached_program(c.attrs.get_string("program"), static_cast<int>(c.inputs.size()));
+  const DeviceProgram program =
+      device_program(c.attrs.get_string("program"), static_cast<int>(c.inputs.size()));
   visit_floating(c.outputs[0].dtype(), [&]<class T>() {
     FusedMap<T> map{
         .program = program, .inputs = {}, .scalar_inputs = 0, .out = c.outputs[0].data<T>()};
@@ -308,14 +243,13 @@ void fused_kernel(const KernelContext& c) {
 
 void register_elementwise_cuda_kernels(Registry& registry) {
   using cuda::Comparison;
-  using cuda::MathOp;
-  registry.set_cuda_kernel("add", cuda::arithmetic_kernel<MathOp::kAdd>);
-  registry.set_cuda_kernel("sub", cuda::arithmetic_kernel<MathOp::kSub>);
-  registry.set_cuda_kernel("mul", cuda::arithmetic_kernel<MathOp::kMul>);
-  registry.set_cuda_kernel("div", cuda::arithmetic_kernel<MathOp::kDiv>);
-  registry.set_cuda_kernel("pow", cuda::arithmetic_kernel<MathOp::kPow>);
-  registry.set_cuda_kernel("maximum", cuda::arithmetic_kernel<MathOp::kMaximum>);
-  registry.set_cuda_kernel("minimum", cuda::arithmetic_kernel<MathOp::kMinimum>);
+  registry.set_cuda_kernel("add", cuda::arithmetic_kernel<ElementwiseOp::kAdd>);
+  registry.set_cuda_kernel("sub", cuda::arithmetic_kernel<ElementwiseOp::kSub>);
+  registry.set_cuda_kernel("mul", cuda::arithmetic_kernel<ElementwiseOp::kMul>);
+  registry.set_cuda_kernel("div", cuda::arithmetic_kernel<ElementwiseOp::kDiv>);
+  registry.set_cuda_kernel("pow", cuda::arithmetic_kernel<ElementwiseOp::kPow>);
+  registry.set_cuda_kernel("maximum", cuda::arithmetic_kernel<ElementwiseOp::kMaximum>);
+  registry.set_cuda_kernel("minimum", cuda::arithmetic_kernel<ElementwiseOp::kMinimum>);
   registry.set_cuda_kernel("eq", cuda::comparison_kernel<Comparison::kEq>);
   registry.set_cuda_kernel("ne", cuda::comparison_kernel<Comparison::kNe>);
   registry.set_cuda_kernel("lt", cuda::comparison_kernel<Comparison::kLt>);
@@ -323,21 +257,21 @@ void register_elementwise_cuda_kernels(Registry& registry) {
   registry.set_cuda_kernel("gt", cuda::comparison_kernel<Comparison::kGt>);
   registry.set_cuda_kernel("ge", cuda::comparison_kernel<Comparison::kGe>);
 
-  registry.set_cuda_kernel("neg", cuda::unary_kernel<MathOp::kNeg>);
-  registry.set_cuda_kernel("abs", cuda::unary_kernel<MathOp::kAbs>);
-  registry.set_cuda_kernel("sign", cuda::unary_kernel<MathOp::kSign>);
-  registry.set_cuda_kernel("square", cuda::unary_kernel<MathOp::kSquare>);
-  registry.set_cuda_kernel("relu", cuda::unary_kernel<MathOp::kRelu>);
-  registry.set_cuda_kernel("exp", cuda::unary_kernel<MathOp::kExp>);
-  registry.set_cuda_kernel("log", cuda::unary_kernel<MathOp::kLog>);
-  registry.set_cuda_kernel("sqrt", cuda::unary_kernel<MathOp::kSqrt>);
-  registry.set_cuda_kernel("rsqrt", cuda::unary_kernel<MathOp::kRsqrt>);
-  registry.set_cuda_kernel("tanh", cuda::unary_kernel<MathOp::kTanh>);
-  registry.set_cuda_kernel("sigmoid", cuda::unary_kernel<MathOp::kSigmoid>);
-  registry.set_cuda_kernel("erf", cuda::unary_kernel<MathOp::kErf>);
-  registry.set_cuda_kernel("gelu", cuda::unary_kernel<MathOp::kGelu>);
-  registry.set_cuda_kernel("leaky_relu", cuda::unary_kernel<MathOp::kLeakyRelu>);
-  registry.set_cuda_kernel("clip", cuda::unary_kernel<MathOp::kClip>);
+  registry.set_cuda_kernel("neg", cuda::unary_kernel<ElementwiseOp::kNeg>);
+  registry.set_cuda_kernel("abs", cuda::unary_kernel<ElementwiseOp::kAbs>);
+  registry.set_cuda_kernel("sign", cuda::unary_kernel<ElementwiseOp::kSign>);
+  registry.set_cuda_kernel("square", cuda::unary_kernel<ElementwiseOp::kSquare>);
+  registry.set_cuda_kernel("relu", cuda::unary_kernel<ElementwiseOp::kRelu>);
+  registry.set_cuda_kernel("exp", cuda::unary_kernel<ElementwiseOp::kExp>);
+  registry.set_cuda_kernel("log", cuda::unary_kernel<ElementwiseOp::kLog>);
+  registry.set_cuda_kernel("sqrt", cuda::unary_kernel<ElementwiseOp::kSqrt>);
+  registry.set_cuda_kernel("rsqrt", cuda::unary_kernel<ElementwiseOp::kRsqrt>);
+  registry.set_cuda_kernel("tanh", cuda::unary_kernel<ElementwiseOp::kTanh>);
+  registry.set_cuda_kernel("sigmoid", cuda::unary_kernel<ElementwiseOp::kSigmoid>);
+  registry.set_cuda_kernel("erf", cuda::unary_kernel<ElementwiseOp::kErf>);
+  registry.set_cuda_kernel("gelu", cuda::unary_kernel<ElementwiseOp::kGelu>);
+  registry.set_cuda_kernel("leaky_relu", cuda::unary_kernel<ElementwiseOp::kLeakyRelu>);
+  registry.set_cuda_kernel("clip", cuda::unary_kernel<ElementwiseOp::kClip>);
   registry.set_cuda_kernel("cast", cuda::cast_kernel);
   registry.set_cuda_kernel("where", cuda::where_kernel);
 

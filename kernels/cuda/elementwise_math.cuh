@@ -1,13 +1,17 @@
 // The scalar math of the elementwise ops for CUDA kernels: the counterpart of
 // kernels/cpu/elementwise_math.h, written the same way expression by
 // expression so that both devices agree to float rounding. Included by
-// elementwise.cu only. (Host code may call it too, for tests.)
+// elementwise.cu and bias_activation.cu. (Host code may call it too, for
+// tests.)
 //
-//   float y = apply(MathOp::kClip, x, x, /*p0=min*/ 0.0, /*p1=max*/ 6.0);
+//   float y = apply(ElementwiseOp::kClip, x, x, /*p0=min*/ 0.0, /*p1=max*/ 6.0);
 //
 // One switch serves the unary kernels, the binary kernels and the fused
-// interpreter: the first two pass a compile-time MathOp, which the compiler
-// folds to the one case; the interpreter passes the op it decoded.
+// interpreter: the first two pass a compile-time ElementwiseOp (the op codes
+// of fused programs, kernels/fused_program.h), which the compiler folds to
+// the one case; the interpreter passes the op of each instruction. Unary ops
+// ignore their second operand; p0 and p1 are the op's parameters
+// (FusedInstr::params).
 #pragma once
 
 #include <cmath>
@@ -16,84 +20,58 @@
 #include <type_traits>
 
 #include "kernels/cuda/element_types.cuh"
+#include "kernels/fused_program.h"
 
 namespace tandem::kernels::cuda {
-
-// The ops of fused programs (Note [Fused elementwise programs] in
-// kernels/ops/fused_elementwise.cc); unary ones ignore their second operand.
-enum class MathOp : uint8_t {
-  kNeg,
-  kAbs,
-  kSign,
-  kSquare,
-  kRelu,
-  kExp,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kTanh,
-  kSigmoid,
-  kErf,
-  kGelu,
-  kLeakyRelu,  // p0: alpha.
-  kClip,       // p0: min, p1: max.
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMaximum,
-  kMinimum,
-};
 
 // x op y for float32, float64, int32, int64 and uint8, as the CPU functors
 // compute it (integer division by zero gives 0; clip of an integer rounds the
 // bounds inward and saturates).
 template <class T>
-__host__ __device__ __forceinline__ T apply(MathOp op, T x, T y, double p0, double p1) {
+__host__ __device__ __forceinline__ T apply(ElementwiseOp op, T x, T y, double p0, double p1) {
   constexpr T kZero{0}, kOne{1};
   if constexpr (std::is_floating_point_v<T>) {
     switch (op) {
-      case MathOp::kExp:
+      case ElementwiseOp::kExp:
         return ::exp(x);
-      case MathOp::kLog:
+      case ElementwiseOp::kLog:
         return ::log(x);
-      case MathOp::kSqrt:
+      case ElementwiseOp::kSqrt:
         return ::sqrt(x);
-      case MathOp::kRsqrt:
+      case ElementwiseOp::kRsqrt:
         return kOne / ::sqrt(x);
-      case MathOp::kTanh:
+      case ElementwiseOp::kTanh:
         return ::tanh(x);
-      case MathOp::kSigmoid:
+      case ElementwiseOp::kSigmoid:
         // Neither branch overflows: exp of a non-positive number only.
         if (x >= kZero) return kOne / (kOne + ::exp(-x));
         return ::exp(x) / (kOne + ::exp(x));
-      case MathOp::kErf:
+      case ElementwiseOp::kErf:
         return ::erf(x);
-      case MathOp::kGelu:
+      case ElementwiseOp::kGelu:
         return x * T{0.5} * (kOne + ::erf(x * static_cast<T>(std::numbers::sqrt2 / 2)));
-      case MathOp::kLeakyRelu:
+      case ElementwiseOp::kLeakyRelu:
         return x >= kZero ? x : static_cast<T>(p0 * x);
-      case MathOp::kClip: {
+      case ElementwiseOp::kClip: {
         T lo = static_cast<T>(p0), hi = static_cast<T>(p1);
         return x < lo ? lo : (x > hi ? hi : x);
       }
-      case MathOp::kDiv:
+      case ElementwiseOp::kDiv:
         return x / y;
-      case MathOp::kPow:
+      case ElementwiseOp::kPow:
         return ::pow(x, y);
       default:
         break;
     }
   } else {
     switch (op) {
-      case MathOp::kClip:
+      case ElementwiseOp::kClip:
         if (static_cast<double>(x) < p0) return convert<T>(::ceil(p0));
         if (static_cast<double>(x) > p1) return convert<T>(::floor(p1));
         return x;
-      case MathOp::kDiv:
+      case ElementwiseOp::kDiv:
         return y == kZero ? kZero : static_cast<T>(x / y);
-      case MathOp::kPow:
+      case ElementwiseOp::kPow:
         return static_cast<T>(::pow(static_cast<double>(x), static_cast<double>(y)));
       default:
         break;
@@ -102,34 +80,34 @@ __host__ __device__ __forceinline__ T apply(MathOp op, T x, T y, double p0, doub
   // uint8 has the binary arithmetic only.
   if constexpr (std::is_signed_v<T>) {
     switch (op) {
-      case MathOp::kNeg:
+      case ElementwiseOp::kNeg:
         return -x;
-      case MathOp::kAbs:
+      case ElementwiseOp::kAbs:
         return x < kZero ? -x : x;
-      case MathOp::kSign:
+      case ElementwiseOp::kSign:
         if (x > kZero) return kOne;
         if (x < kZero) return -kOne;
         return x;  // 0, or NaN.
-      case MathOp::kSquare:
+      case ElementwiseOp::kSquare:
         return x * x;
-      case MathOp::kRelu:
+      case ElementwiseOp::kRelu:
         return x > kZero ? x : (x != x ? x : kZero);  // NaN propagates.
       default:
         break;
     }
   }
   switch (op) {
-    case MathOp::kAdd:
+    case ElementwiseOp::kAdd:
       return static_cast<T>(x + y);
-    case MathOp::kSub:
+    case ElementwiseOp::kSub:
       return static_cast<T>(x - y);
-    case MathOp::kMul:
+    case ElementwiseOp::kMul:
       return static_cast<T>(x * y);
     // NaN in either operand gives NaN, as in NumPy.
-    case MathOp::kMaximum:
+    case ElementwiseOp::kMaximum:
       if (x != x || y != y) return x != x ? x : y;
       return x > y ? x : y;
-    case MathOp::kMinimum:
+    case ElementwiseOp::kMinimum:
       if (x != x || y != y) return x != x ? x : y;
       return x < y ? x : y;
     default:

@@ -16,13 +16,8 @@
 #include "kernels/registry.h"
 
 namespace tandem::kernels {
+namespace cuda {
 namespace {
-
-using cuda::Column;
-using cuda::column_reduce;
-using cuda::for_each_column;
-using cuda::for_each_reduced;
-using cuda::ReduceLayout;
 
 struct SumPair {
   double first, second;
@@ -44,7 +39,7 @@ ReduceLayout channel_columns(const Shape& x) {
   for (int i = 2; i < x.rank(); ++i) spatial *= x[i];
   const int64_t dims[] = {x[0], x[1], spatial};
   const int axes[] = {0, 2};
-  return cuda::make_reduce_layout(dims, axes);
+  return make_reduce_layout(dims, axes);
 }
 
 template <class T>
@@ -61,8 +56,8 @@ __global__ void batch_norm_channels(ReduceLayout l, bool training, double eps, B
     if (training) {
       // Biased, over the deviations from the mean, as on the CPU.
       const double m = static_cast<double>(l.num_reduced);
-      mu = static_cast<T>(column_reduce(l, col, cuda::SumOf<T>{a.x}) / m);
-      sigma2 = static_cast<T>(column_reduce(l, col, cuda::SquaredDeviationOf<T>{a.x, mu}) / m);
+      mu = static_cast<T>(column_reduce(l, col, SumOf<T>{a.x}) / m);
+      sigma2 = static_cast<T>(column_reduce(l, col, SquaredDeviationOf<T>{a.x, mu}) / m);
     } else if (col.active) {
       mu = a.running_mean[ch];
       sigma2 = a.running_var[ch];
@@ -86,8 +81,8 @@ void batch_norm_kernel(const KernelContext& c) {
     BatchNormArgs<T> args{c.inputs[0].data<T>(),  c.inputs[1].data<T>(), c.inputs[2].data<T>(),
                           c.inputs[3].data<T>(),  c.inputs[4].data<T>(), c.outputs[0].data<T>(),
                           c.outputs[1].data<T>(), c.outputs[2].data<T>()};
-    batch_norm_channels<<<l.grid(), l.block(), 0, cuda::stream_of(c)>>>(
-        l, c.attrs.get_bool("training"), c.attrs.get_float("eps"), args);
+    batch_norm_channels<<<l.grid(), l.block(), 0, stream_of(c)>>>(l, c.attrs.get_bool("training"),
+                                                                  c.attrs.get_float("eps"), args);
     TANDEM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -151,7 +146,7 @@ void batch_norm_backward_kernel(const KernelContext& c) {
         c.inputs[3].data<T>(),  c.inputs[4].data<T>(),  c.inputs[5].data<T>(),
         c.inputs[6].data<T>(),  c.outputs[0].data<T>(), c.outputs[1].data<T>(),
         c.outputs[2].data<T>(), c.outputs[3].data<T>(), c.outputs[4].data<T>()};
-    batch_norm_backward_channels<<<l.grid(), l.block(), 0, cuda::stream_of(c)>>>(
+    batch_norm_backward_channels<<<l.grid(), l.block(), 0, stream_of(c)>>>(
         l, c.attrs.get_bool("training"), c.attrs.get_float("eps"), args);
     TANDEM_CUDA_CHECK_LAUNCH();
   });
@@ -166,7 +161,7 @@ ReduceLayout layer_norm_columns(const KernelContext& c, bool rows) {
   const int first = x.rank() - static_cast<int>(c.attrs.get_int("normalized_axes"));
   std::vector<int> axes(rows ? x.rank() - first : first);
   std::iota(axes.begin(), axes.end(), rows ? first : 0);
-  return cuda::make_reduce_layout(x.dims(), axes);
+  return make_reduce_layout(x.dims(), axes);
 }
 
 struct RowStats {
@@ -176,8 +171,8 @@ struct RowStats {
 template <class T>
 __device__ RowStats row_stats(const ReduceLayout& l, const Column& col, const T* x, double eps) {
   const double d = static_cast<double>(l.num_reduced);
-  const double mean = column_reduce(l, col, cuda::SumOf<T>{x}) / d;
-  const double squares = column_reduce(l, col, cuda::SquaredDeviationOf<T>{x, mean});
+  const double mean = column_reduce(l, col, SumOf<T>{x}) / d;
+  const double squares = column_reduce(l, col, SquaredDeviationOf<T>{x, mean});
   return {mean, 1 / std::sqrt(squares / d + eps)};
 }
 
@@ -196,7 +191,7 @@ void layer_norm_kernel(const KernelContext& c) {
   const ReduceLayout l = layer_norm_columns(c, /*rows=*/true);
   if (c.inputs[0].numel() == 0) return;
   visit_floating(c.inputs[0].dtype(), [&]<class T>() {
-    layer_norm_rows<<<l.grid(), l.block(), 0, cuda::stream_of(c)>>>(
+    layer_norm_rows<<<l.grid(), l.block(), 0, stream_of(c)>>>(
         l, c.attrs.get_float("eps"), c.inputs[0].data<T>(), c.inputs[1].data<T>(),
         c.inputs[2].data<T>(), c.outputs[0].data<T>());
     TANDEM_CUDA_CHECK_LAUNCH();
@@ -269,12 +264,12 @@ void layer_norm_backward_kernel(const KernelContext& c) {
     const T *x = c.inputs[0].data<T>(), *gamma = c.inputs[1].data<T>();
     const T* g = c.inputs[2].data<T>();
     if (num_rows > 0) {
-      layer_norm_backward_rows<<<rows.grid(), rows.block(), 0, cuda::stream_of(c)>>>(
+      layer_norm_backward_rows<<<rows.grid(), rows.block(), 0, stream_of(c)>>>(
           rows, eps, x, gamma, g, c.outputs[0].data<T>(), row_stats);
       TANDEM_CUDA_CHECK_LAUNCH();
     }
     if (params.num_kept > 0) {
-      layer_norm_param_grads<<<params.grid(), params.block(), 0, cuda::stream_of(c)>>>(
+      layer_norm_param_grads<<<params.grid(), params.block(), 0, stream_of(c)>>>(
           params, x, g, row_stats, c.outputs[1].data<T>(), c.outputs[2].data<T>());
       TANDEM_CUDA_CHECK_LAUNCH();
     }
@@ -282,12 +277,13 @@ void layer_norm_backward_kernel(const KernelContext& c) {
 }
 
 }  // namespace
+}  // namespace cuda
 
 void register_norm_cuda_kernels(Registry& registry) {
-  registry.set_cuda_kernel("batch_norm", batch_norm_kernel);
-  registry.set_cuda_kernel("batch_norm_backward", batch_norm_backward_kernel);
-  registry.set_cuda_kernel("layer_norm", layer_norm_kernel);
-  registry.set_cuda_kernel("layer_norm_backward", layer_norm_backward_kernel);
+  registry.set_cuda_kernel("batch_norm", cuda::batch_norm_kernel);
+  registry.set_cuda_kernel("batch_norm_backward", cuda::batch_norm_backward_kernel);
+  registry.set_cuda_kernel("layer_norm", cuda::layer_norm_kernel);
+  registry.set_cuda_kernel("layer_norm_backward", cuda::layer_norm_backward_kernel);
 }
 
 }  // namespace tandem::kernels

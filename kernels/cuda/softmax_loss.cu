@@ -22,13 +22,8 @@
 #include "kernels/registry.h"
 
 namespace tandem::kernels {
+namespace cuda {
 namespace {
-
-using cuda::Column;
-using cuda::column_reduce;
-using cuda::for_each_column;
-using cuda::for_each_reduced;
-using cuda::ReduceLayout;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -48,7 +43,7 @@ struct ExpSumOf {
 template <class T, bool kLog>
 __global__ void softmax_columns(ReduceLayout l, const T* x, T* y) {
   for_each_column(l, [&](const Column& col) {
-    const double max = column_reduce(l, col, cuda::ExtremumOf<T, true>{x});
+    const double max = column_reduce(l, col, ExtremumOf<T, true>{x});
     const double sum = column_reduce(l, col, ExpSumOf<T>{x, max});
     const double log_sum = std::log(sum);
     for_each_reduced(l, col, [&](int64_t offset, int64_t) {
@@ -62,11 +57,11 @@ template <bool kLog>
 void softmax_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
   const int axis = x.shape().normalize_axis(static_cast<int>(c.attrs.get_int("axis")));
-  const ReduceLayout l = cuda::make_reduce_layout(x.shape().dims(), {axis});
+  const ReduceLayout l = make_reduce_layout(x.shape().dims(), {axis});
   if (x.numel() == 0) return;
   visit_floating(x.dtype(), [&]<class T>() {
     softmax_columns<T, kLog>
-        <<<l.grid(), l.block(), 0, cuda::stream_of(c)>>>(l, x.data<T>(), c.outputs[0].data<T>());
+        <<<l.grid(), l.block(), 0, stream_of(c)>>>(l, x.data<T>(), c.outputs[0].data<T>());
     TANDEM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -98,15 +93,14 @@ void reduce_losses(const KernelContext& c, int64_t samples, const Op& per_sample
   const Reduction reduction = reduction_of(c.attrs);
   const int64_t dims[] = {samples};
   const int all[] = {0};
-  const ReduceLayout l = cuda::make_reduce_layout(
+  const ReduceLayout l = make_reduce_layout(
       dims, reduction == Reduction::kNone ? absl::Span<const int>() : absl::Span<const int>(all));
-  cuda::launch_reduce(c, l, per_sample, cuda::Total<T>{reduction == Reduction::kMean},
-                      c.outputs[0].data<T>());
+  launch_reduce(c, l, per_sample, Total<T>{reduction == Reduction::kMean}, c.outputs[0].data<T>());
 }
 
 // Rows of logits [N, C]: one column per sample.
 ReduceLayout class_rows(const Tensor& scores) {
-  return cuda::make_reduce_layout(scores.shape().dims(), {1});
+  return make_reduce_layout(scores.shape().dims(), {1});
 }
 
 // losses[i] = logsumexp(x_i) - (1 - e) x_i[t_i] - e/C sum_c x_i[c].
@@ -114,9 +108,9 @@ template <class T>
 __global__ void cross_entropy_rows(ReduceLayout l, const T* x, const int64_t* target, double e,
                                    double* losses) {
   for_each_column(l, [&](const Column& col) {
-    const double max = column_reduce(l, col, cuda::ExtremumOf<T, true>{x});
+    const double max = column_reduce(l, col, ExtremumOf<T, true>{x});
     const double sum = column_reduce(l, col, ExpSumOf<T>{x, max});
-    const double total = column_reduce(l, col, cuda::SumOf<T>{x});
+    const double total = column_reduce(l, col, SumOf<T>{x});
     if (!col.active || threadIdx.y != 0) return;
     const int64_t label = target[col.index], classes = l.num_reduced;
     losses[col.index] = in_range(label, classes)
@@ -136,12 +130,12 @@ void cross_entropy_kernel(const KernelContext& c) {
   Tensor losses = Tensor::empty(Shape{n}, DType::kFloat64, c.run.device);
   visit_floating(logits.dtype(), [&]<class T>() {
     if (n > 0) {
-      cross_entropy_rows<<<l.grid(), l.block(), 0, cuda::stream_of(c)>>>(
+      cross_entropy_rows<<<l.grid(), l.block(), 0, stream_of(c)>>>(
           l, logits.data<T>(), target.data<int64_t>(), c.attrs.get_float("label_smoothing"),
           losses.data<double>());
       TANDEM_CUDA_CHECK_LAUNCH();
     }
-    reduce_losses<T>(c, n, cuda::SumOf<double>{losses.data<double>()});
+    reduce_losses<T>(c, n, SumOf<double>{losses.data<double>()});
   });
 }
 
@@ -151,7 +145,7 @@ __global__ void cross_entropy_backward_rows(ReduceLayout l, const T* x, const in
                                             const T* grad, Reduction reduction, double e,
                                             T* grad_x) {
   for_each_column(l, [&](const Column& col) {
-    const double max = column_reduce(l, col, cuda::ExtremumOf<T, true>{x});
+    const double max = column_reduce(l, col, ExtremumOf<T, true>{x});
     const double sum = column_reduce(l, col, ExpSumOf<T>{x, max});
     if (!col.active) return;
     const int64_t label = target[col.index], classes = l.num_reduced;
@@ -170,7 +164,7 @@ void cross_entropy_backward_kernel(const KernelContext& c) {
   const ReduceLayout l = class_rows(logits);
   if (logits.numel() == 0) return;
   visit_floating(logits.dtype(), [&]<class T>() {
-    cross_entropy_backward_rows<<<l.grid(), l.block(), 0, cuda::stream_of(c)>>>(
+    cross_entropy_backward_rows<<<l.grid(), l.block(), 0, stream_of(c)>>>(
         l, logits.data<T>(), target.data<int64_t>(), grad.data<T>(), reduction_of(c.attrs),
         c.attrs.get_float("label_smoothing"), c.outputs[0].data<T>());
     TANDEM_CUDA_CHECK_LAUNCH();
@@ -219,10 +213,9 @@ struct NllBackward {
 void nll_backward_kernel(const KernelContext& c) {
   const Tensor &log_probs = c.inputs[0], &target = c.inputs[1], &grad = c.inputs[2];
   visit_floating(log_probs.dtype(), [&]<class T>() {
-    cuda::for_each(
-        cuda::stream_of(c), log_probs.numel(),
-        NllBackward<T>{target.data<int64_t>(), grad.data<T>(), reduction_of(c.attrs),
-                       log_probs.shape()[0], log_probs.shape()[1], c.outputs[0].data<T>()});
+    for_each(stream_of(c), log_probs.numel(),
+             NllBackward<T>{target.data<int64_t>(), grad.data<T>(), reduction_of(c.attrs),
+                            log_probs.shape()[0], log_probs.shape()[1], c.outputs[0].data<T>()});
   });
 }
 
@@ -246,15 +239,16 @@ void mse_kernel(const KernelContext& c) {
 }
 
 }  // namespace
+}  // namespace cuda
 
 void register_softmax_loss_cuda_kernels(Registry& registry) {
-  registry.set_cuda_kernel("softmax", softmax_kernel<false>);
-  registry.set_cuda_kernel("log_softmax", softmax_kernel<true>);
-  registry.set_cuda_kernel("cross_entropy", cross_entropy_kernel);
-  registry.set_cuda_kernel("cross_entropy_backward", cross_entropy_backward_kernel);
-  registry.set_cuda_kernel("nll", nll_kernel);
-  registry.set_cuda_kernel("nll_backward", nll_backward_kernel);
-  registry.set_cuda_kernel("mse", mse_kernel);
+  registry.set_cuda_kernel("softmax", cuda::softmax_kernel<false>);
+  registry.set_cuda_kernel("log_softmax", cuda::softmax_kernel<true>);
+  registry.set_cuda_kernel("cross_entropy", cuda::cross_entropy_kernel);
+  registry.set_cuda_kernel("cross_entropy_backward", cuda::cross_entropy_backward_kernel);
+  registry.set_cuda_kernel("nll", cuda::nll_kernel);
+  registry.set_cuda_kernel("nll_backward", cuda::nll_backward_kernel);
+  registry.set_cuda_kernel("mse", cuda::mse_kernel);
 }
 
 }  // namespace tandem::kernels

@@ -3,15 +3,15 @@
 // differentiable.
 //
 // Random ops are pure functions of their attributes: the same "seed" gives
-// the same values on any machine and any number of threads (see Note
-// [Counter-based random numbers]). The eager layer holds the seedable global
-// generator that draws a fresh "seed" for each call.
+// the same values on any machine, any number of threads and either device
+// (see Note [Counter-based random numbers] in kernels/counter_rng.h). The
+// eager layer holds the seedable global generator that draws a fresh "seed"
+// for each call.
 #include <cmath>
-#include <limits>
-#include <numbers>
-#include <type_traits>
 
+#include "kernels/counter_rng.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/element_cast.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -21,75 +21,11 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-// Note [Counter-based random numbers]
-// Element i of a random op with seed s is made from
-//   bits(s, i) = mix(mix(s) + (i + 1) * kGamma),
-// where mix is the splitmix64 finalizer (Steele, Lea and Flood, "Fast
-// splittable pseudorandom number generators", 2014) and kGamma the golden
-// ratio constant: for a fixed s this is exactly the splitmix64 stream started
-// at mix(s), but any element can be computed on its own, so a kernel may
-// split its range over threads and still give the same values. Hashing the
-// seed first keeps nearby seeds (1, 2, 3...) from producing shifted copies
-// of one stream. splitmix64 passes BigCrush; it is not cryptographic.
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
-
-constexpr uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-class CounterRng {
- public:
-  explicit CounterRng(int64_t seed) : key_(mix(static_cast<uint64_t>(seed))) {}
-  uint64_t bits(uint64_t counter) const { return mix(key_ + (counter + 1) * kGamma); }
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform(uint64_t counter) const {
-    return static_cast<double>(bits(counter) >> 11) * 0x1.0p-53;
-  }
-
- private:
-  uint64_t key_;
-};
-
-// Significand bits of each floating element type: a uniform draw with that
-// many bits is exact in the type, so it never rounds up to 1.
-template <class T>
-constexpr int significand_bits() {
-  if constexpr (std::is_same_v<T, Half>) {
-    return 11;
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return 8;
-  } else {
-    return std::numeric_limits<T>::digits;
-  }
-}
-
-// Writes a double into any element type: through float for float16 and
-// bfloat16, `!= 0` for bool, saturating (NaN to 0) for integers.
-template <class T>
-T from_double(double value) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    return T(static_cast<float>(value));
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return value != 0;
-  } else if constexpr (std::is_integral_v<T>) {
-    if (value != value) return T{0};
-    if (value >= static_cast<double>(std::numeric_limits<T>::max())) {
-      return std::numeric_limits<T>::max();
-    }
-    if (value <= static_cast<double>(std::numeric_limits<T>::lowest())) {
-      return std::numeric_limits<T>::lowest();
-    }
-    return static_cast<T>(value);
-  } else {
-    return static_cast<T>(value);
-  }
-}
-
+// Writes `value` into every element, converted as cast converts a double
+// (kernels/element_cast.h), as the CUDA kernels do.
 template <class T>
 void fill(const Tensor& out, double value) {
-  T v = from_double<T>(value);
+  T v = convert<T>(value);
   T* data = out.data<T>();
   std::fill(data, data + out.numel(), v);
 }
@@ -138,7 +74,7 @@ void arange_kernel(const KernelContext& c) {
   visit_all(out.dtype(), [&]<class T>() {
     T* data = out.data<T>();
     for (int64_t i = 0; i < out.numel(); ++i) {
-      data[i] = from_double<T>(start + static_cast<double>(i) * step);
+      data[i] = convert<T>(start + static_cast<double>(i) * step);
     }
   });
 }
@@ -151,38 +87,26 @@ std::vector<TensorMeta> infer_random(absl::Span<const TensorMeta>, const Attrs& 
   return {{Shape(attrs.get_ints("shape")), dtype}};
 }
 
-template <class F>
-void visit_all_floating(DType dtype, F&& f) {
-  if (dtype == DType::kFloat16) return f.template operator()<Half>();
-  if (dtype == DType::kBFloat16) return f.template operator()<BFloat16>();
-  return visit_floating(dtype, std::forward<F>(f));
-}
-
 void rand_kernel(const KernelContext& c) {
   CounterRng rng(c.attrs.get_int("seed"));
   const Tensor& out = c.outputs[0];
   visit_all_floating(out.dtype(), [&]<class T>() {
     constexpr int kBits = significand_bits<T>();
-    constexpr double kScale = 1.0 / static_cast<double>(uint64_t{1} << kBits);
     T* data = out.data<T>();
     for (int64_t i = 0; i < out.numel(); ++i) {
-      uint64_t top = rng.bits(static_cast<uint64_t>(i)) >> (64 - kBits);
-      data[i] = from_double<T>(static_cast<double>(top) * kScale);  // Exact in T.
+      data[i] = convert<T>(rng.uniform_bits<kBits>(static_cast<uint64_t>(i)));  // Exact in T.
     }
   });
 }
 
-// Box-Muller over draws 2i and 2i + 1 (u1 in (0, 1], so the log is finite).
+// Box-Muller (CounterRng::normal).
 void randn_kernel(const KernelContext& c) {
   CounterRng rng(c.attrs.get_int("seed"));
   const Tensor& out = c.outputs[0];
   visit_all_floating(out.dtype(), [&]<class T>() {
     T* data = out.data<T>();
     for (int64_t i = 0; i < out.numel(); ++i) {
-      uint64_t counter = 2 * static_cast<uint64_t>(i);
-      double u1 = 1.0 - rng.uniform(counter);
-      double u2 = rng.uniform(counter + 1);
-      data[i] = from_double<T>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2));
+      data[i] = convert<T>(rng.normal(static_cast<uint64_t>(i)));
     }
   });
 }

@@ -5,6 +5,7 @@
 // Element types: the transcendental ops take float32 and float64 only; neg,
 // abs, sign, square, relu and clip also take int32 and int64; where selects
 // between operands of any dtype. Outputs keep the input's dtype (cast aside).
+// cast converts each element by Note [Cast semantics] in kernels/element_cast.h.
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -14,6 +15,7 @@
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/elementwise_math.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/element_cast.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -57,41 +59,6 @@ std::vector<TensorMeta> infer_where(absl::Span<const TensorMeta> in, const Attrs
                in[2].shape.to_string(), "); cast one operand first");
   Shape shape = broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape), in[2].shape);
   return {{shape, in[1].dtype}};
-}
-
-// Element conversion for cast. Note [Cast semantics]: float16 and bfloat16
-// go through float32; anything to bool is `x != 0` (NaN is true, as in C++
-// and NumPy); floating to integer truncates toward zero, saturates at the
-// integer's range and maps NaN to 0, so that no input is undefined behaviour.
-template <class T>
-auto widen(T x) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    return static_cast<float>(x);
-  } else {
-    return x;
-  }
-}
-
-template <class To, class From>
-To convert(From from) {
-  auto x = widen(from);
-  using X = decltype(x);
-  if constexpr (std::is_same_v<To, bool>) {
-    return x != X{0};
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    return To(static_cast<float>(x));
-  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<X>) {
-    if (x != x) return To{0};
-    // 2^digits bounds are exact in any floating type; compare against them.
-    constexpr X kUpper = static_cast<X>(std::numeric_limits<To>::max()) + X{1};
-    if (x >= kUpper) return std::numeric_limits<To>::max();
-    if (x <= static_cast<X>(std::numeric_limits<To>::lowest())) {
-      return std::numeric_limits<To>::lowest();
-    }
-    return static_cast<To>(x);
-  } else {
-    return static_cast<To>(x);
-  }
 }
 
 // Kernels. A functor is built from the op's attributes once per call and

@@ -42,22 +42,6 @@ Ints dims_of(const Shape& shape) { return Ints(shape.begin(), shape.end()); }
 
 std::string ints_to_string(const Ints& ints) { return attr_to_string(AttrValue(ints)); }
 
-// Calls f.template operator()<U>() with an unsigned type as wide as one
-// element of `dtype`: a copy that moves elements without interpreting them.
-template <class F>
-void visit_element_bits(DType dtype, F&& f) {
-  switch (dtype_size(dtype)) {
-    case 1:
-      return f.template operator()<uint8_t>();
-    case 2:
-      return f.template operator()<uint16_t>();
-    case 4:
-      return f.template operator()<uint32_t>();
-    default:
-      return f.template operator()<uint64_t>();
-  }
-}
-
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
 // The whole input, unchanged, into the output (reshape, flatten).
@@ -187,7 +171,7 @@ void strided_copy(const Tensor& x, const Tensor& out, const Strides& strides) {
   const Shape& shape = out.shape();
   int rank = shape.rank();
   int64_t n = shape.numel();
-  visit_element_bits(x.dtype(), [&]<class U>() {
+  visit_element_bits(dtype_size(x.dtype()), [&]<class U>() {
     const U* src = static_cast<const U*>(x.raw_data());
     U* dst = static_cast<U*>(out.raw_data());
     Strides index(rank, 0);

@@ -1,0 +1,180 @@
+#include "kernels/fused_program.h"
+
+#include <charconv>
+
+#include "core/error.h"
+
+namespace tandem::kernels {
+namespace {
+
+struct InstrInfo {
+  std::string_view name;
+  ElementwiseOp code;
+  int arity;
+  std::array<std::string_view, 2> params;  // Empty names: unused.
+  bool costly;                             // Calls libm per element.
+};
+
+constexpr InstrInfo kInstrs[] = {
+    {"neg", ElementwiseOp::kNeg, 1, {}, false},
+    {"abs", ElementwiseOp::kAbs, 1, {}, false},
+    {"sign", ElementwiseOp::kSign, 1, {}, false},
+    {"square", ElementwiseOp::kSquare, 1, {}, false},
+    {"relu", ElementwiseOp::kRelu, 1, {}, false},
+    {"exp", ElementwiseOp::kExp, 1, {}, true},
+    {"log", ElementwiseOp::kLog, 1, {}, true},
+    {"sqrt", ElementwiseOp::kSqrt, 1, {}, false},
+    {"rsqrt", ElementwiseOp::kRsqrt, 1, {}, false},
+    {"tanh", ElementwiseOp::kTanh, 1, {}, true},
+    {"sigmoid", ElementwiseOp::kSigmoid, 1, {}, true},
+    {"erf", ElementwiseOp::kErf, 1, {}, true},
+    {"gelu", ElementwiseOp::kGelu, 1, {}, true},
+    {"leaky_relu", ElementwiseOp::kLeakyRelu, 1, {"alpha"}, false},
+    {"clip", ElementwiseOp::kClip, 1, {"min", "max"}, false},
+    {"add", ElementwiseOp::kAdd, 2, {}, false},
+    {"sub", ElementwiseOp::kSub, 2, {}, false},
+    {"mul", ElementwiseOp::kMul, 2, {}, false},
+    {"div", ElementwiseOp::kDiv, 2, {}, false},
+    {"pow", ElementwiseOp::kPow, 2, {}, true},
+    {"maximum", ElementwiseOp::kMaximum, 2, {}, false},
+    {"minimum", ElementwiseOp::kMinimum, 2, {}, false},
+};
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos) return parts;
+    start = end + 1;
+  }
+}
+
+// "i3" or "r12" into its number; -1 if `text` is not `prefix` then digits.
+int parse_index(std::string_view text, char prefix) {
+  if (text.size() < 2 || text[0] != prefix) return -1;
+  int value = -1;
+  auto [end, error] = std::from_chars(text.data() + 1, text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) return -1;
+  return value;
+}
+
+}  // namespace
+
+FusedProgram parse_fused_program(std::string_view text, int num_inputs) {
+  TANDEM_CHECK(!text.empty(), "the program is empty; expected e.g. \"r0=exp(i0);r1=mul(r0,i1)\"");
+  FusedProgram program;
+  std::vector<bool> input_read(static_cast<size_t>(num_inputs), false);
+  std::vector<int> last_reader;
+  std::vector<std::string_view> statements = split(text, ';');
+  for (size_t k = 0; k < statements.size(); ++k) {
+    std::string_view s = statements[k];
+    auto fail_unless = [&](bool ok, auto... why) {
+      TANDEM_CHECK(ok, "program instruction ", k, " '", s, "': ", why...);
+    };
+    size_t eq = s.find('='), open = s.find('('), close = s.size() - 1;
+    fail_unless(eq != std::string_view::npos && open != std::string_view::npos && eq < open &&
+                    !s.empty() && s[close] == ')',
+                "expected r", k, "=op(operands, param=value)");
+    fail_unless(parse_index(s.substr(0, eq), 'r') == static_cast<int>(k), "defines '",
+                s.substr(0, eq), "', expected r", k, " (registers are numbered in order)");
+    std::string_view name = s.substr(eq + 1, open - eq - 1);
+    const InstrInfo* info = nullptr;
+    for (const InstrInfo& candidate : kInstrs) {
+      if (candidate.name == name) info = &candidate;
+    }
+    if (info == nullptr) {
+      std::string known;
+      for (const InstrInfo& candidate : kInstrs) {
+        known += str_cat(known.empty() ? "" : ", ", candidate.name);
+      }
+      fail_unless(false, "unknown op '", name, "'; expected one of: ", known);
+    }
+    FusedInstr instr{.code = info->code, .arity = info->arity, .operands = {}};
+    program.costly = program.costly || info->costly;
+    std::vector<std::string_view> args = split(s.substr(open + 1, close - open - 1), ',');
+    int num_params = info->params[0].empty() ? 0 : (info->params[1].empty() ? 1 : 2);
+    fail_unless(static_cast<int>(args.size()) == info->arity + num_params, name, " takes ",
+                info->arity, " operand(s) and ", num_params, " parameter(s), got ", args.size(),
+                " argument(s)");
+    for (int a = 0; a < info->arity; ++a) {
+      std::string_view arg = args[static_cast<size_t>(a)];
+      FusedOperand& operand = instr.operands[static_cast<size_t>(a)];
+      operand.is_input = !arg.empty() && arg[0] == 'i';
+      operand.index = parse_index(arg, operand.is_input ? 'i' : 'r');
+      if (operand.is_input) {
+        fail_unless(operand.index >= 0 && operand.index < num_inputs, "operand '", arg,
+                    "' is not an input (the node has ", num_inputs, ")");
+        input_read[static_cast<size_t>(operand.index)] = true;
+      } else {
+        fail_unless(operand.index >= 0 && operand.index < static_cast<int>(k), "operand '", arg,
+                    "' is not an input iN or an earlier register rM (M < ", k, ")");
+        last_reader[static_cast<size_t>(operand.index)] = static_cast<int>(k);
+      }
+    }
+    std::array<bool, 2> given = {false, false};
+    for (size_t a = static_cast<size_t>(info->arity); a < args.size(); ++a) {
+      std::string_view arg = args[a];
+      size_t assign = arg.find('=');
+      fail_unless(assign != std::string_view::npos, "argument '", arg,
+                  "' is not a parameter name=value");
+      std::string_view param = arg.substr(0, assign), value = arg.substr(assign + 1);
+      int p = param == info->params[0] ? 0 : (param == info->params[1] ? 1 : -1);
+      fail_unless(p >= 0 && !param.empty(), name, " has no parameter '", param, "'");
+      fail_unless(!given[static_cast<size_t>(p)], "parameter '", param, "' given twice");
+      given[static_cast<size_t>(p)] = true;
+      double& number = instr.params[static_cast<size_t>(p)];
+      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+      fail_unless(error == std::errc() && end == value.data() + value.size() && !value.empty(),
+                  "parameter '", param, "' is not a number: '", value, "'");
+    }
+    if (info->code == ElementwiseOp::kClip) {
+      fail_unless(instr.params[0] <= instr.params[1],
+                  "clip min must not exceed max, got min=", instr.params[0],
+                  " and max=", instr.params[1]);
+    }
+    program.instrs.push_back(instr);
+    last_reader.push_back(-1);
+  }
+  for (int i = 0; i < num_inputs; ++i) {
+    TANDEM_CHECK(input_read[static_cast<size_t>(i)], "the program never reads input i", i, " (of ",
+                 num_inputs, ")");
+  }
+
+  // Slots: take a free one for each register, then free those of registers
+  // read for the last time here. Taking before freeing keeps a register's
+  // slot apart from its operands', so the block loops need not alias.
+  const int n = static_cast<int>(program.instrs.size());
+  program.slot.assign(static_cast<size_t>(n), -1);
+  std::vector<int> free_slots;
+  for (int k = 0; k + 1 < n; ++k) {
+    if (free_slots.empty()) {
+      program.slot[static_cast<size_t>(k)] = program.num_slots++;
+    } else {
+      program.slot[static_cast<size_t>(k)] = free_slots.back();
+      free_slots.pop_back();
+    }
+    for (int m = 0; m <= k; ++m) {
+      int last = last_reader[static_cast<size_t>(m)];
+      // Freed after its last reader, or at once if nothing reads it.
+      if (last == k || (m == k && last == -1))
+        free_slots.push_back(program.slot[static_cast<size_t>(m)]);
+    }
+  }
+  return program;
+}
+
+std::shared_ptr<const FusedProgram> cached_fused_program(const std::string& text, int num_inputs) {
+  thread_local std::string cached_text;
+  thread_local int cached_inputs = -1;
+  thread_local std::shared_ptr<const FusedProgram> cached;
+  if (cached == nullptr || cached_inputs != num_inputs || cached_text != text) {
+    cached = std::make_shared<const FusedProgram>(parse_fused_program(text, num_inputs));
+    cached_text = text;
+    cached_inputs = num_inputs;
+  }
+  return cached;
+}
+
+}  // namespace tandem::kernels
