@@ -2,6 +2,7 @@
 #include "core/cuda/runtime.h"
 
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -82,12 +83,30 @@ class EventPool {
   std::vector<cudaEvent_t> free_;
 };
 
-// Never destroyed: destroying CUDA objects after the driver has unloaded at
-// exit is an error, and the process is ending anyway.
+// The pool of the calling thread's current device: an event can only be
+// recorded on a stream of the device it was created on, so each device has
+// its own. (Workers and event watchers keep their device current.) Never
+// destroyed: destroying CUDA objects after the driver has unloaded at exit is
+// an error, and the process is ending anyway.
 EventPool& events() {
-  static auto* pool = new EventPool;
-  return *pool;
+  static auto* pools = new std::vector<EventPool>(cuda_device_count());
+  int device = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+  return (*pools)[device];
 }
+
+// Note [No waiting on a stream in capture]
+// Synchronizing a stream while another thread captures it (the executor's
+// CUDA graph, on the device's worker) is not allowed: the call fails, does
+// not wait, and invalidates the capture. Waits (wait(), wait_all(), a copy
+// between GPUs) therefore hold this lock shared and a capture holds it
+// exclusively; the capturing thread itself skips it, so that a kernel that
+// synchronizes fails the capture as intended instead of deadlocking.
+std::shared_mutex& capture_mu() {
+  static auto* mu = new std::shared_mutex;
+  return *mu;
+}
+thread_local bool capturing = false;
 
 }  // namespace
 
@@ -112,6 +131,8 @@ void* stream(int device) {
 }
 
 void synchronize(void* s) {
+  std::shared_lock<std::shared_mutex> lock;  // Note [No waiting on a stream in capture]
+  if (!capturing) lock = std::shared_lock(capture_mu());
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s)));
 }
 
@@ -137,13 +158,25 @@ void begin_capture(void* s) {
   // Thread-local mode: other threads' CUDA calls (the frontend allocating,
   // the event watcher) go on undisturbed, and an unsafe call on this thread
   // fails the capture instead of the process.
-  TANDEM_CUDA_CHECK(
-      cudaStreamBeginCapture(static_cast<cudaStream_t>(s), cudaStreamCaptureModeThreadLocal));
+  // Note [No waiting on a stream in capture]: held until end_capture.
+  capture_mu().lock();
+  cudaError_t status =
+      cudaStreamBeginCapture(static_cast<cudaStream_t>(s), cudaStreamCaptureModeThreadLocal);
+  if (status == cudaSuccess) {
+    capturing = true;
+  } else {
+    capture_mu().unlock();
+  }
+  TANDEM_CUDA_CHECK(status);
 }
 
 void* end_capture(void* s) {
   cudaGraph_t graph = nullptr;
   cudaError_t status = cudaStreamEndCapture(static_cast<cudaStream_t>(s), &graph);
+  if (capturing) {
+    capturing = false;
+    capture_mu().unlock();
+  }
   cudaGraphExec_t exec = nullptr;
   if (status == cudaSuccess && graph != nullptr) {
     status = cudaGraphInstantiate(&exec, graph, 0);
