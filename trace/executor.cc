@@ -156,16 +156,20 @@ void run_as_cuda_graph(const Frame& frame, const engine::RunContext& run) {
       staged.externals.push_back(Tensor::empty(t.shape(), t.dtype(), t.device()));
     }
     captured.staged = staged.externals;
-    KeepNewStorages keep(&captured.scratch);
-    cuda::begin_capture(run.stream);
     bool recorded_every_step = true;
-    try {
-      run_all_steps(staged, run);
-    } catch (...) {
-      // Not capturable, or failing: the node-by-node replay reports it.
-      recorded_every_step = false;
+    {
+      // Only what the capture takes stays with the graph, not the scratch of
+      // a node-by-node replay below.
+      KeepNewStorages keep(&captured.scratch);
+      cuda::begin_capture(run.stream);
+      try {
+        run_all_steps(staged, run);
+      } catch (...) {
+        // Not capturable, or failing: the node-by-node replay reports it.
+        recorded_every_step = false;
+      }
+      captured.graph = cuda::end_capture(run.stream);
     }
-    captured.graph = cuda::end_capture(run.stream);
     if (captured.graph == nullptr || !recorded_every_step) {
       captured.state = State::kNodeByNode;
       captured.staged.clear();
