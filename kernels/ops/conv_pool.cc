@@ -357,6 +357,10 @@ Pool pool_geometry(const Shape& x, const Attrs& attrs) {
   p.kernel = pair_attr(attrs, "kernel", 1);
   p.stride = attrs.get_ints("stride").empty() ? p.kernel : pair_attr(attrs, "stride", 1);
   p.padding = pair_attr(attrs, "padding", 0);
+  // An empty image would leave windows made of padding alone, which have no
+  // maximum (PyTorch refuses them too); an empty batch is fine.
+  TANDEM_CHECK(p.h > 0 && p.w > 0, "x has shape ", x.to_string(),
+               "; pooling needs a height and width of at least 1");
   TANDEM_CHECK(2 * p.padding[0] <= p.kernel[0] && 2 * p.padding[1] <= p.kernel[1], "padding ",
                attr_to_string(ints(p.padding)), " must be at most half the kernel ",
                attr_to_string(ints(p.kernel)));

@@ -382,6 +382,11 @@ TEST(PoolTest, BadArgumentsAreNamed) {
               HasSubstr("output_size must be positive"));
   EXPECT_THAT(pool_error("max_pool2d", {4, 4}, {{"kernel", std::vector<int64_t>{2, 2}}}),
               HasSubstr("x must be [batch, channels, height, width]"));
+  // Windows of padding alone would have no maximum (and read past an empty plane).
+  EXPECT_THAT(
+      pool_error("max_pool2d", {1, 1, 0, 0},
+                 {{"kernel", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{1, 1}}}),
+      HasSubstr("x has shape [1, 1, 0, 0]; pooling needs a height and width of at least 1"));
 }
 
 // Verifies the output size rule (floor) and the default stride (= kernel).

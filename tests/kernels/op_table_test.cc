@@ -228,9 +228,12 @@ void register_row_tests() {
       const OpDef* op = Registry::global().find(row.op);
       if (row.check_gradient && op != nullptr && op->differentiable)
         add("_gradient", Check::kGradient);
+#ifdef TANDEM_WITH_CUDA
       // Every row once more on a GPU, forward and gradient against the CPU: one
-      // parametrized suite for every device, skipped (and named) without one.
+      // parametrized suite for every device, skipped (and named) on a machine
+      // without one. A build without CUDA has no GPU path to name.
       add("_cuda", Check::kOnCuda);
+#endif
     }
   }
 }
