@@ -318,13 +318,7 @@ TrainFigures train_cnn(int64_t batch, bool hybridized, int steps,
   auto model = bench::make_tutorial_cnn();
   model->to(kGpu);  // Before making the optimizer (eager/nn/module.h).
   optim::Adam opt(model->parameters(), optim::AdamOptions{.lr = bench::kLearningRate});
-  HybridFunction::Fn fn = [&](const std::vector<Tensor>& in) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model->forward(in[0]), in[1]);
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss};
-  };
+  HybridFunction::Fn fn = bench::training_step(*model, opt);
   HybridFunction step(fn);
   // The first `batch` samples of each synthetic batch, on the GPU before timing.
   constexpr int64_t kPixels = bench::kImageSide * bench::kImageSide;

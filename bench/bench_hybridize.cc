@@ -97,13 +97,7 @@ double train_samples_per_s(bool hybridized, int steps, size_t* planned, size_t* 
   manual_seed(1);
   auto model = bench::make_tutorial_cnn();
   optim::Adam opt(model->parameters(), optim::AdamOptions{.lr = 1e-3});
-  HybridFunction::Fn fn = [&](const std::vector<Tensor>& in) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(model->forward(in[0]), in[1]);
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss};
-  };
+  HybridFunction::Fn fn = bench::training_step(*model, opt);
   HybridFunction step(fn);
   std::vector<Tensor> xs, ys;
   for (int i = 0; i < 4; ++i) {

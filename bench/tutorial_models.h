@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "tandem/tandem.h"
 
@@ -22,6 +23,20 @@ inline std::shared_ptr<tandem::nn::Module> make_tutorial_mlp() {
   namespace nn = tandem::nn;
   return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(),
                                           nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, 10));
+}
+
+// One training step as a HybridFunction runs it, eager or traced: the
+// batch's cross-entropy loss, backward, and an optimizer step; returns the
+// loss. `model` and `opt` must outlive the function.
+inline tandem::HybridFunction::Fn training_step(tandem::nn::Module& model,
+                                                tandem::optim::Optimizer& opt) {
+  return [&model, &opt](const std::vector<tandem::Tensor>& in) {
+    opt.zero_grad();
+    tandem::Tensor loss = tandem::cross_entropy(model.forward(in[0]), in[1]);
+    loss.backward();
+    opt.step();
+    return std::vector<tandem::Tensor>{loss};
+  };
 }
 
 }  // namespace bench
