@@ -372,7 +372,8 @@ CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Sign
 
   const trace::ExecutorOptions executor_options{
       .device = inputs.empty() ? Device::cpu() : inputs[0].device(),
-      .plan_memory = options.plan_memory};
+      .plan_memory = options.plan_memory,
+      .cuda_graph = options.cuda_graph};
   auto build = [&](trace::Graph graph, const std::string& suffix) {
     if (options.optimize) {
       trace::optimize(graph, {.inference = options.inference, .name = options.name + suffix});

@@ -68,6 +68,9 @@ struct HybridizeOptions {
   bool optimize = true;
   // Plan intermediate buffers (off: one buffer per value, for comparison).
   bool plan_memory = true;
+  // On a CUDA device, replay as one CUDA graph launch per call (off: node by
+  // node, for comparison); Note [One launch per call] in trace/executor.h.
+  bool cuda_graph = true;
   // The trace computes inference only (no parameter changes between calls):
   // lets passes fold parameters (e.g. batch norm into convolution).
   bool inference = false;
