@@ -62,6 +62,7 @@ std::string attr_to_string(const AttrValue& value) {
 }
 
 Attrs::Attrs(std::initializer_list<std::pair<std::string, AttrValue>> items) {
+  items_.reserve(items.size());
   for (const auto& [name, value] : items) set(name, value);
 }
 

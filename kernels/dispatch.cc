@@ -20,14 +20,58 @@ thread_local std::vector<DispatchObserver*> observers;
 constexpr int kMaxProcessObservers = 4;
 std::atomic<DispatchObserver*> process_observers[kMaxProcessObservers];
 
+// Note [Snapshots inside the call]
+// A kernel must read the data its vars guard even if a handle is rebound
+// (Tensor::assign_) before the kernel runs, so it gets snapshots: handles of
+// its own on the same storage, offset, shape and dtype. Allocating a
+// TensorImpl per snapshot was a fifth of the cost of a tiny op; instead the
+// snapshots' TensorImpls live in the KernelCall block, and the kernel's
+// handles point at them without owning them (an aliasing shared_ptr with no
+// control block: copying one costs nothing). That is safe because a kernel
+// uses its context only while it runs, and the KernelCall outlives the run.
+// A kernel must not keep a copy of a context handle past its return.
+Tensor unowned_handle(TensorImpl& impl) {
+  return Tensor(std::shared_ptr<TensorImpl>(std::shared_ptr<TensorImpl>(), &impl));
+}
+
 // Everything a pushed kernel needs, in one pooled block, so the closure is a
 // single pointer (see engine::OpFn's inline size).
 struct KernelCall {
+  // Resolves `given` against the op's schema (resolve_attrs), throwing for
+  // bad attributes; a call that gives none shares the op's defaults instead
+  // of copying them. (User-provided, also so that allocation does not first
+  // zero the whole block.)
+  KernelCall(const OpDef& op, const Attrs& given) : op(&op) {
+    if (given.items().empty() && !op.has_required_attrs) {
+      attrs = &op.defaults;
+    } else {
+      owned_attrs = resolve_attrs(op, given);
+      attrs = &owned_attrs;
+    }
+  }
+
+  // Fills `impls` with snapshots of `inputs` then `outputs`, and points the
+  // kernel's handles at them (Note [Snapshots inside the call]).
+  void snapshot(absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs) {
+    impls.reserve(inputs.size() + outputs.size());  // No reallocation below.
+    for (absl::Span<const Tensor> tensors : {inputs, outputs}) {
+      for (const Tensor& t : tensors) {
+        impls.push_back(TensorImpl{t.shape(), t.dtype(), t.storage(), t.byte_offset(), nullptr});
+      }
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) this->inputs.push_back(unowned_handle(impls[i]));
+    for (size_t i = inputs.size(); i < impls.size(); ++i) {
+      this->outputs.push_back(unowned_handle(impls[i]));
+    }
+  }
+
   const OpDef* op;
-  KernelFn kernel;
+  KernelFn kernel = nullptr;
+  const Attrs* attrs;  // The op's defaults or owned_attrs.
+  Attrs owned_attrs;
+  absl::InlinedVector<TensorImpl, 3> impls;
   absl::InlinedVector<Tensor, 4> inputs;
   absl::InlinedVector<Tensor, 2> outputs;
-  Attrs attrs;
 };
 
 // Held by a kernel that uses every core; see Note [Thread budget].
@@ -120,25 +164,28 @@ void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) 
 
 namespace {
 
-// call() for an op on a GPU with CPU scalar operands: moves them to the
+// call()'s body. Outputs stay inline: a call of a one-output op allocates
+// no vector for them.
+using Outputs = absl::InlinedVector<Tensor, 2>;
+Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+                 const std::source_location& where);
+
+// dispatch() for an op on a GPU with CPU scalar operands: moves them to the
 // device first, as ops of their own (which autograd and the tracer see).
-std::vector<Tensor> call_with_scalars_on(Device device, const OpDef& op,
-                                         absl::Span<const Tensor> inputs, const Attrs& attrs,
-                                         const std::source_location& where) {
+Outputs dispatch_with_scalars_on(Device device, const OpDef& op, absl::Span<const Tensor> inputs,
+                                 const Attrs& attrs, const std::source_location& where) {
   absl::InlinedVector<Tensor, 4> moved(inputs.begin(), inputs.end());
   for (Tensor& t : moved) {
     if (is_cpu_scalar(t)) {
-      t = call(Registry::global().get("to_device"), {t}, Attrs{{"device", device.to_string()}},
-               where)[0];
+      t = call1(Registry::global().get("to_device"), {t}, Attrs{{"device", device.to_string()}},
+                where);
     }
   }
-  return call(op, moved, attrs, where);
+  return dispatch(op, moved, attrs, where);
 }
 
-}  // namespace
-
-std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
-                         const std::source_location& where) {
+Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+                 const std::source_location& where) {
   CallSiteScope site(op.name.c_str(), where);
   if (op.num_inputs == kVariadic) {
     TANDEM_CHECK(!inputs.empty(), "expects at least one input, got none");
@@ -150,45 +197,39 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
     TANDEM_CHECK(inputs[i].defined(), "input ", i, " is an undefined tensor");
   }
   const Device device = common_device(inputs);
-  Attrs resolved = resolve_attrs(op, attrs);
+  auto kernel_call =
+      std::allocate_shared<KernelCall>(engine::PoolAllocator<KernelCall>(), op, attrs);
+  const Attrs& resolved = *kernel_call->attrs;
   const Device output_device = op.output_device ? op.output_device(resolved) : device;
   const Device run_device = output_device.is_cuda() ? output_device : device;
-  KernelFn kernel = run_device.is_cpu() ? op.cpu : op.cuda;
-  TANDEM_CHECK(kernel != nullptr, "has no kernel for ", run_device.to_string());
+  kernel_call->kernel = run_device.is_cpu() ? op.cpu : op.cuda;
+  TANDEM_CHECK(kernel_call->kernel != nullptr, "has no kernel for ", run_device.to_string());
   if (device.is_cuda()) {
     for (const Tensor& t : inputs) {
-      if (is_cpu_scalar(t)) return call_with_scalars_on(device, op, inputs, resolved, where);
+      if (is_cpu_scalar(t)) return dispatch_with_scalars_on(device, op, inputs, resolved, where);
     }
   }
 
-  auto kernel_call = std::allocate_shared<KernelCall>(engine::PoolAllocator<KernelCall>());
-  kernel_call->op = &op;
-  kernel_call->kernel = kernel;
-  kernel_call->attrs = std::move(resolved);
-  // Snapshots: a kernel must read the data its vars guard, even if a handle
-  // is rebound (Tensor::assign_) before the kernel runs.
-  for (const Tensor& t : inputs) kernel_call->inputs.push_back(t.snapshot());
-
   absl::InlinedVector<TensorMeta, 4> metas;
   for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
-  std::vector<TensorMeta> inferred = op.infer(metas, kernel_call->attrs);
+  TensorMetas inferred = op.infer(metas, resolved);
   TANDEM_INTERNAL_ASSERT(
       op.num_outputs == kVariadic || static_cast<int>(inferred.size()) == op.num_outputs, "op '",
       op.name, "' inferred ", inferred.size(), " outputs, declares ", op.num_outputs);
-  std::vector<Tensor> outputs;
+  Outputs outputs;
   outputs.reserve(inferred.size());
   for (TensorMeta& meta : inferred) {
     outputs.push_back(Tensor::empty(std::move(meta.shape), meta.dtype, output_device));
   }
-  for (const Tensor& t : outputs) kernel_call->outputs.push_back(t.snapshot());
+  kernel_call->snapshot(inputs, outputs);
 
   for (auto& slot : process_observers) {
     if (DispatchObserver* observer = slot.load(std::memory_order_acquire)) {
-      observer->on_op(op, inputs, outputs, kernel_call->attrs, where);
+      observer->on_op(op, inputs, outputs, resolved, where);
     }
   }
   for (DispatchObserver* observer : observers) {
-    observer->on_op(op, inputs, outputs, kernel_call->attrs, where);
+    observer->on_op(op, inputs, outputs, resolved, where);
   }
 
   absl::InlinedVector<engine::Var*, 4> reads, writes;
@@ -197,7 +238,7 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
   const int64_t elements = elements_of(inputs, outputs);
   engine::OpFn run = [call = std::move(kernel_call)](const engine::RunContext& context) {
     run_kernel(*call->op, call->kernel,
-               KernelContext{call->inputs, call->outputs, call->attrs, context});
+               KernelContext{call->inputs, call->outputs, *call->attrs, context});
   };
   engine::Engine& engine = engine::current();
   if (is_tiny(op, elements)) {
@@ -208,21 +249,39 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
   return outputs;
 }
 
-std::vector<Tensor> call(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs,
-                         std::source_location where) {
+const OpDef& find_op(std::string_view op, const std::source_location& where) {
   const OpDef* def = Registry::global().find(op);
   if (def == nullptr) {
     throw Error(str_cat("unknown op '", op, "'"), std::string(op), where);
   }
-  return call(*def, inputs, attrs, where);
+  return *def;
+}
+
+}  // namespace
+
+std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+                         const std::source_location& where) {
+  Outputs outputs = dispatch(op, inputs, attrs, where);
+  return std::vector<Tensor>(std::make_move_iterator(outputs.begin()),
+                             std::make_move_iterator(outputs.end()));
+}
+
+std::vector<Tensor> call(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+                         std::source_location where) {
+  return call(find_op(op, where), inputs, attrs, where);
+}
+
+Tensor call1(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+             const std::source_location& where) {
+  Outputs outputs = dispatch(op, inputs, attrs, where);
+  TANDEM_INTERNAL_ASSERT(outputs.size() == 1, "call1 on op '", op.name, "' with ", outputs.size(),
+                         " outputs");
+  return std::move(outputs[0]);
 }
 
 Tensor call1(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs,
              std::source_location where) {
-  std::vector<Tensor> outputs = call(op, inputs, attrs, where);
-  TANDEM_INTERNAL_ASSERT(outputs.size() == 1, "call1 on op '", op, "' with ", outputs.size(),
-                         " outputs");
-  return std::move(outputs[0]);
+  return call1(find_op(op, where), inputs, attrs, where);
 }
 
 void add_process_observer(DispatchObserver* observer) {

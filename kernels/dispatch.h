@@ -63,6 +63,10 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
 // call() for ops with one output.
 Tensor call1(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
              std::source_location where = std::source_location::current());
+// The same without a name lookup, for callers that hold the OpDef, such as
+// eager's functions (kernels::op<"relu">(), registry.h).
+Tensor call1(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+             const std::source_location& where);
 
 // Runs a kernel on an engine worker under the thread budget (Note [Thread
 // budget]): what every pushed op does, eager (call) or replayed

@@ -60,6 +60,13 @@ void Registry::add(OpDef def) {
                          "' must have a gradient or be marked not differentiable");
   TANDEM_INTERNAL_ASSERT(def.num_inputs == kVariadic || def.num_inputs >= 0, "op '", def.name,
                          "' has a bad input count");
+  for (const AttrSpec& spec : def.attrs) {
+    if (spec.required) {
+      def.has_required_attrs = true;
+    } else {
+      def.defaults.set(spec.name, spec.default_value);
+    }
+  }
   std::string name = def.name;
   ops_.emplace(std::move(name), std::make_unique<OpDef>(std::move(def)));
 }
@@ -72,7 +79,7 @@ void Registry::set_cuda_kernel(std::string_view name, KernelFn kernel) {
 }
 
 Attrs resolve_attrs(const OpDef& op, const Attrs& given) {
-  Attrs resolved;
+  Attrs resolved = op.defaults;
   for (const auto& [name, value] : given.items()) {
     auto spec = std::find_if(op.attrs.begin(), op.attrs.end(),
                              [&name = name](const AttrSpec& s) { return s.name == name; });
@@ -94,10 +101,11 @@ Attrs resolve_attrs(const OpDef& op, const Attrs& given) {
                  attr_to_string(value));
     resolved.set(name, std::move(typed));
   }
-  for (const AttrSpec& spec : op.attrs) {
-    if (resolved.has(spec.name)) continue;
-    TANDEM_CHECK(!spec.required, "missing required attribute '", spec.name, "'");
-    resolved.set(spec.name, spec.default_value);
+  if (op.has_required_attrs) {
+    for (const AttrSpec& spec : op.attrs) {
+      TANDEM_CHECK(!spec.required || resolved.has(spec.name), "missing required attribute '",
+                   spec.name, "'");
+    }
   }
   return resolved;
 }

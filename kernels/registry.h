@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 
 #include "core/engine/engine.h"
@@ -37,6 +38,9 @@ struct TensorMeta {
   Shape shape;
   DType dtype = DType::kFloat32;
 };
+// Inference's answer, one per output: inline for the usual single output, so
+// that inferring a call allocates nothing.
+using TensorMetas = absl::InlinedVector<TensorMeta, 1>;
 
 // One attribute of an op's schema. An attribute without a default is
 // required; a call that omits it is an error naming the op and attribute.
@@ -67,8 +71,7 @@ struct GradContext {
 
 // Shape and dtype inference. Checks its inputs with TANDEM_CHECK; the message
 // then names the op and the user's line (see Note [Call sites] in error.h).
-using InferFn = std::vector<TensorMeta> (*)(absl::Span<const TensorMeta> inputs,
-                                            const Attrs& attrs);
+using InferFn = TensorMetas (*)(absl::Span<const TensorMeta> inputs, const Attrs& attrs);
 using KernelFn = void (*)(const KernelContext& context);
 // Returns one gradient per input, each computed with ops (so it runs through
 // the engine, is traced like any op, and can itself be differentiated); an
@@ -103,6 +106,12 @@ struct OpDef {
   // device. The op runs on the GPU if either side is one (a copy to the host
   // runs on the GPU that holds the data).
   Device (*output_device)(const Attrs& attrs) = nullptr;
+
+  // Filled by Registry::add from `attrs`: every attribute that has a default,
+  // set to it (what a call that gives no attributes resolves to), and
+  // whether any attribute is required.
+  Attrs defaults;
+  bool has_required_attrs = false;
 };
 
 class Registry {
@@ -126,6 +135,25 @@ class Registry {
  private:
   absl::flat_hash_map<std::string, std::unique_ptr<OpDef>> ops_;
 };
+
+// A string literal as a template argument (op<"relu">() below).
+template <size_t N>
+struct OpName {
+  constexpr OpName(const char (&name)[N]) {
+    for (size_t i = 0; i < N; ++i) chars[i] = name[i];
+  }
+  char chars[N];
+};
+
+// The op named by a literal, looked up in the global registry once per name
+// rather than on every call: what eager's functions dispatch with.
+//
+//   kernels::call1(kernels::op<"relu">(), {x}, {}, where);
+template <OpName kName>
+const OpDef& op() {
+  static const OpDef& def = Registry::global().get(kName.chars);
+  return def;
+}
 
 // The op's attributes with defaults filled in; throws tandem::Error naming the
 // op for unknown or missing attributes and wrong types.

@@ -445,7 +445,7 @@ class GraphParser {
       }
 
       const Json& outputs = f_.array(f_.at(j, "outputs", p), p + "/outputs", 100000);
-      std::vector<kernels::TensorMeta> declared;
+      kernels::TensorMetas declared;
       for (size_t k = 0; k < outputs.size(); ++k) {
         const std::string op_ = str_cat(p, "/outputs/", k);
         const Json& o = f_.object(outputs[k], op_);

@@ -23,10 +23,10 @@ std::vector<ValueId> Graph::add_node(const kernels::OpDef& op, const kernels::At
                                      std::vector<ValueId> node_inputs, std::source_location where) {
   CallSiteScope site(op.name.c_str(), where);
   kernels::Attrs resolved = kernels::resolve_attrs(op, attrs);
-  std::vector<kernels::TensorMeta> metas;
+  kernels::TensorMetas metas;
   metas.reserve(node_inputs.size());
   for (ValueId id : node_inputs) metas.push_back(meta(id));
-  std::vector<kernels::TensorMeta> inferred = op.infer(metas, resolved);
+  kernels::TensorMetas inferred = op.infer(metas, resolved);
   return add_node(op, std::move(resolved), std::move(node_inputs), inferred, where);
 }
 

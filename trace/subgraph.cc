@@ -27,7 +27,7 @@ Graph extract_subgraph(const Graph& graph, const std::vector<int>& nodes,
     const Node& node = graph.nodes[static_cast<size_t>(n)];
     std::vector<ValueId> ins;
     for (ValueId id : node.inputs) ins.push_back(map(id));
-    std::vector<kernels::TensorMeta> metas;
+    kernels::TensorMetas metas;
     for (ValueId id : node.outputs) metas.push_back(graph.meta(id));
     std::vector<ValueId> made =
         out.add_node(*node.op, node.attrs, std::move(ins), metas, node.where);

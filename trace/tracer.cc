@@ -110,7 +110,7 @@ void Tracer::on_op(const kernels::OpDef& op, absl::Span<const Tensor> inputs,
   std::vector<ValueId> ids;
   ids.reserve(inputs.size());
   for (const Tensor& t : inputs) ids.push_back(value_of(t, where));
-  std::vector<kernels::TensorMeta> metas;
+  kernels::TensorMetas metas;
   metas.reserve(outputs.size());
   for (const Tensor& t : outputs) metas.push_back({t.shape(), t.dtype()});
   std::vector<ValueId> made = graph_.add_node(op, attrs, std::move(ids), metas, where);

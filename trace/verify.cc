@@ -65,7 +65,7 @@ void verify(const Graph& graph, std::string_view stage) {
                                                        : std::to_string(op.num_inputs)),
            &node, index);
     }
-    std::vector<kernels::TensorMeta> metas;
+    kernels::TensorMetas metas;
     for (ValueId id : node.inputs) {
       if (!in_range(id))
         fail(stage, str_cat("reads value %", id, ", which does not exist"), &node, index);
@@ -90,7 +90,7 @@ void verify(const Graph& graph, std::string_view stage) {
         fail(stage, str_cat("writes value %", id, ", which is already written"), &node, index);
       written[id] = true;
     }
-    std::vector<kernels::TensorMeta> inferred;
+    kernels::TensorMetas inferred;
     try {
       CallSiteScope site(op.name.c_str(), node.where);
       kernels::Attrs resolved = kernels::resolve_attrs(op, node.attrs);

@@ -117,7 +117,7 @@ void check_same_float(absl::Span<const TensorMeta> in) {
   }
 }
 
-std::vector<TensorMeta> infer_conv2d(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_conv2d(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in);
   onednn::fused_activation(attrs);  // Checks the name.
   Conv g = conv_geometry(in[0].shape, in[1].shape, attrs);
@@ -233,8 +233,7 @@ void conv2d_kernel(const KernelContext& c) {
 }
 
 // conv2d_backward_data(grad_y, weight) -> grad_x; attrs + "input_shape".
-std::vector<TensorMeta> infer_conv2d_backward_data(absl::Span<const TensorMeta> in,
-                                                   const Attrs& attrs) {
+TensorMetas infer_conv2d_backward_data(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in);
   Shape x = shape_attr(attrs, "input_shape");
   Conv g = conv_geometry(x, in[1].shape, attrs);
@@ -276,8 +275,7 @@ void conv2d_backward_data_kernel(const KernelContext& c) {
 }
 
 // conv2d_backward_weight(x, grad_y) -> grad_weight, grad_bias; attrs + "weight_shape".
-std::vector<TensorMeta> infer_conv2d_backward_weight(absl::Span<const TensorMeta> in,
-                                                     const Attrs& attrs) {
+TensorMetas infer_conv2d_backward_weight(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in);
   Shape w = shape_attr(attrs, "weight_shape");
   Conv g = conv_geometry(in[0].shape, w, attrs);
@@ -369,7 +367,7 @@ Pool pool_geometry(const Shape& x, const Attrs& attrs) {
   return p;
 }
 
-std::vector<TensorMeta> infer_pool(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_pool(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_floating("x", in[0].dtype);
   return {{pool_geometry(in[0].shape, attrs).out(), in[0].dtype}};
 }
@@ -508,8 +506,7 @@ void avg_pool2d_kernel(const KernelContext& c) {
 }
 
 // max_pool2d_backward(x, grad_y) -> grad_x.
-std::vector<TensorMeta> infer_max_pool2d_backward(absl::Span<const TensorMeta> in,
-                                                  const Attrs& attrs) {
+TensorMetas infer_max_pool2d_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in);
   Pool p = pool_geometry(in[0].shape, attrs);
   TANDEM_CHECK(in[1].shape == p.out(), "grad_y must have the pooling's output shape ",
@@ -535,8 +532,7 @@ void max_pool2d_backward_kernel(const KernelContext& c) {
 }
 
 // avg_pool2d_backward(grad_y) -> grad_x; attrs + "input_shape".
-std::vector<TensorMeta> infer_avg_pool2d_backward(absl::Span<const TensorMeta> in,
-                                                  const Attrs& attrs) {
+TensorMetas infer_avg_pool2d_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_floating("grad_y", in[0].dtype);
   Pool p = pool_geometry(shape_attr(attrs, "input_shape"), attrs);
   TANDEM_CHECK(in[0].shape == p.out(), "grad_y must have the pooling's output shape ",
@@ -601,8 +597,7 @@ void for_each_adaptive_window(const Adaptive& a, F f) {
   }
 }
 
-std::vector<TensorMeta> infer_adaptive_avg_pool2d(absl::Span<const TensorMeta> in,
-                                                  const Attrs& attrs) {
+TensorMetas infer_adaptive_avg_pool2d(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_floating("x", in[0].dtype);
   Adaptive a = adaptive_geometry(in[0].shape, attrs);
   return {{Shape{in[0].shape[0], in[0].shape[1], a.oh, a.ow}, in[0].dtype}};
@@ -627,8 +622,8 @@ void adaptive_avg_pool2d_kernel(const KernelContext& c) {
 
 // adaptive_avg_pool2d_backward(grad_y) -> grad_x; attrs "input_shape" (the
 // output size is grad_y's).
-std::vector<TensorMeta> infer_adaptive_avg_pool2d_backward(absl::Span<const TensorMeta> in,
-                                                           const Attrs& attrs) {
+TensorMetas infer_adaptive_avg_pool2d_backward(absl::Span<const TensorMeta> in,
+                                               const Attrs& attrs) {
   check_floating("grad_y", in[0].dtype);
   Shape x = shape_attr(attrs, "input_shape");
   check_nchw("grad_y", in[0].shape);

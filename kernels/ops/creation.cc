@@ -32,7 +32,7 @@ void fill(const Tensor& out, double value) {
 
 // zeros, ones, full.
 
-std::vector<TensorMeta> infer_filled(absl::Span<const TensorMeta>, const Attrs& attrs) {
+TensorMetas infer_filled(absl::Span<const TensorMeta>, const Attrs& attrs) {
   return {{Shape(attrs.get_ints("shape")), attrs.get_dtype("dtype")}};
 }
 
@@ -62,7 +62,7 @@ int64_t arange_count(const Attrs& attrs) {
   return count > 0 ? static_cast<int64_t>(count) : 0;
 }
 
-std::vector<TensorMeta> infer_arange(absl::Span<const TensorMeta>, const Attrs& attrs) {
+TensorMetas infer_arange(absl::Span<const TensorMeta>, const Attrs& attrs) {
   DType dtype = attrs.get_dtype("dtype");
   TANDEM_CHECK(dtype != DType::kBool, "dtype bool is not supported; use a numeric dtype");
   return {{Shape{arange_count(attrs)}, dtype}};
@@ -81,7 +81,7 @@ void arange_kernel(const KernelContext& c) {
 
 // rand (uniform in [0, 1)) and randn (standard normal).
 
-std::vector<TensorMeta> infer_random(absl::Span<const TensorMeta>, const Attrs& attrs) {
+TensorMetas infer_random(absl::Span<const TensorMeta>, const Attrs& attrs) {
   DType dtype = attrs.get_dtype("dtype");
   TANDEM_CHECK(is_floating_point(dtype), "dtype must be floating point, got ", dtype_name(dtype));
   return {{Shape(attrs.get_ints("shape")), dtype}};
@@ -114,7 +114,7 @@ void randn_kernel(const KernelContext& c) {
 // dropout: y = x * mask, mask[i] = 0 with probability p, else 1 / (1 - p);
 // when not training, y = x and mask = 1.
 
-std::vector<TensorMeta> infer_dropout(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_dropout(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_floating("input", in[0].dtype);
   double p = attrs.get_float("p");
   TANDEM_CHECK(p >= 0 && p < 1, "p must be in [0, 1), got ", p);

@@ -17,7 +17,7 @@ namespace {
 
 Device device_attr(const Attrs& attrs) { return Device::parse(attrs.get_string("device")); }
 
-std::vector<TensorMeta> infer_same(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_same(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   device_attr(attrs);  // A bad device name fails here, at the call.
   return {in[0]};
 }

@@ -16,21 +16,21 @@
 namespace tandem::kernels {
 namespace {
 
-std::vector<TensorMeta> infer_binary(absl::Span<const TensorMeta> in, DType out_dtype) {
+TensorMetas infer_binary(absl::Span<const TensorMeta> in, DType out_dtype) {
   TANDEM_CHECK(in[0].dtype == in[1].dtype, "dtype mismatch: ", dtype_name(in[0].dtype), " and ",
                dtype_name(in[1].dtype), " (shapes ", in[0].shape.to_string(), " and ",
                in[1].shape.to_string(), "); cast one operand first");
   return {{broadcast_shapes(in[0].shape, in[1].shape), out_dtype}};
 }
 
-std::vector<TensorMeta> infer_arithmetic(absl::Span<const TensorMeta> in, const Attrs&) {
+TensorMetas infer_arithmetic(absl::Span<const TensorMeta> in, const Attrs&) {
   TANDEM_CHECK(in[0].dtype != DType::kBool && in[0].dtype != DType::kFloat16 &&
                    in[0].dtype != DType::kBFloat16,
                "arithmetic on ", dtype_name(in[0].dtype), " is not supported; cast to float32");
   return infer_binary(in, in[0].dtype);
 }
 
-std::vector<TensorMeta> infer_comparison(absl::Span<const TensorMeta> in, const Attrs&) {
+TensorMetas infer_comparison(absl::Span<const TensorMeta> in, const Attrs&) {
   return infer_binary(in, DType::kBool);
 }
 

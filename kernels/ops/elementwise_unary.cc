@@ -25,7 +25,7 @@ namespace {
 
 // Inference.
 
-std::vector<TensorMeta> infer_floating(absl::Span<const TensorMeta> in, const Attrs&) {
+TensorMetas infer_floating(absl::Span<const TensorMeta> in, const Attrs&) {
   check_floating("input", in[0].dtype);
   return {in[0]};
 }
@@ -35,23 +35,23 @@ bool is_signed_numeric(DType dtype) {
          dtype == DType::kInt64;
 }
 
-std::vector<TensorMeta> infer_signed_numeric(absl::Span<const TensorMeta> in, const Attrs&) {
+TensorMetas infer_signed_numeric(absl::Span<const TensorMeta> in, const Attrs&) {
   TANDEM_CHECK(is_signed_numeric(in[0].dtype),
                "input must be float32, float64, int32 or int64, got ", dtype_name(in[0].dtype));
   return {in[0]};
 }
 
-std::vector<TensorMeta> infer_clip(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_clip(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   double lo = attrs.get_float("min"), hi = attrs.get_float("max");
   TANDEM_CHECK(lo <= hi, "min must not exceed max, got min=", lo, " and max=", hi);
   return infer_signed_numeric(in, attrs);
 }
 
-std::vector<TensorMeta> infer_cast(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_cast(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   return {{in[0].shape, attrs.get_dtype("dtype")}};
 }
 
-std::vector<TensorMeta> infer_where(absl::Span<const TensorMeta> in, const Attrs&) {
+TensorMetas infer_where(absl::Span<const TensorMeta> in, const Attrs&) {
   TANDEM_CHECK(in[0].dtype == DType::kBool, "condition must be bool, got ", dtype_name(in[0].dtype),
                " (shape ", in[0].shape.to_string(), "); compare first");
   TANDEM_CHECK(in[1].dtype == in[2].dtype, "dtype mismatch: ", dtype_name(in[1].dtype), " and ",

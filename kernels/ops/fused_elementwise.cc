@@ -38,7 +38,7 @@
 namespace tandem::kernels {
 namespace {
 
-std::vector<TensorMeta> infer_fused(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_fused(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   DType dtype = in[0].dtype;
   TANDEM_CHECK(dtype == DType::kFloat32 || dtype == DType::kFloat64,
                "inputs must be float32 or float64, got ", dtype_name(dtype));

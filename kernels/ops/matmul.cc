@@ -90,7 +90,7 @@ void check_float_pair(const TensorMeta& a, const TensorMeta& b, const char* what
                what_b, " is ", dtype_name(b.dtype), "; cast one operand first");
 }
 
-std::vector<TensorMeta> infer_matmul(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_matmul(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_float_pair(in[0], in[1], "a", "b");
   MatmulGeometry g = matmul_geometry(in[0].shape, in[1].shape, attrs.get_bool("transpose_a"),
                                      attrs.get_bool("transpose_b"));
@@ -116,26 +116,35 @@ void batch_offsets(const MatmulGeometry& g, std::vector<int64_t>& offset_a,
   }
 }
 
-// Plain loops: float64, and float32 beyond oneDNN's rank limit.
+// One [m, k] x [k, n] product into `out`, in plain loops.
 template <class T>
-void matmul_loops(const MatmulGeometry& g, const T* a, const T* b, T* out) {
-  std::vector<int64_t> offset_a, offset_b;
-  batch_offsets(g, offset_a, offset_b);
+void matmul_one(const MatmulGeometry& g, const T* a, const T* b, T* out) {
   const int64_t m = g.m, k = g.k, n = g.n;
   // Element (i, j) of the logical [m, k] / [k, n] operands.
   const int64_t a_row = g.transpose_a ? 1 : k, a_col = g.transpose_a ? m : 1;
   const int64_t b_row = g.transpose_b ? 1 : n, b_col = g.transpose_b ? k : 1;
-  for (size_t batch = 0; batch < offset_a.size(); ++batch) {
-    const T* pa = a + offset_a[batch];
-    const T* pb = b + offset_b[batch];
-    T* po = out + static_cast<int64_t>(batch) * m * n;
-    std::fill(po, po + m * n, T{0});
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t p = 0; p < k; ++p) {
-        T x = pa[i * a_row + p * a_col];
-        for (int64_t j = 0; j < n; ++j) po[i * n + j] += x * pb[p * b_row + j * b_col];
-      }
+  std::fill(out, out + m * n, T{0});
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) {
+      T x = a[i * a_row + p * a_col];
+      for (int64_t j = 0; j < n; ++j) out[i * n + j] += x * b[p * b_row + j * b_col];
     }
+  }
+}
+
+// Plain loops: float64, small float32 products, and float32 beyond oneDNN's
+// rank limit.
+template <class T>
+void matmul_loops(const MatmulGeometry& g, const T* a, const T* b, T* out) {
+  if (g.batch.rank() == 0) {
+    matmul_one(g, a, b, out);  // No batch: no offsets to compute.
+    return;
+  }
+  std::vector<int64_t> offset_a, offset_b;
+  batch_offsets(g, offset_a, offset_b);
+  for (size_t batch = 0; batch < offset_a.size(); ++batch) {
+    matmul_one(g, a + offset_a[batch], b + offset_b[batch],
+               out + static_cast<int64_t>(batch) * g.m * g.n);
   }
 }
 
@@ -249,7 +258,7 @@ std::vector<Tensor> matmul_gradient(const GradContext& c) {
 
 // linear: x [..., in], weight [out, in], bias [out] -> [..., out].
 
-std::vector<TensorMeta> infer_linear(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_linear(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   onednn::fused_activation(attrs);  // Checks the name.
   const Shape &x = in[0].shape, &w = in[1].shape, &b = in[2].shape;
   check_float_pair(in[0], in[1], "x", "weight");

@@ -61,7 +61,7 @@ void check_same_float(absl::Span<const TensorMeta> in, std::initializer_list<con
   }
 }
 
-std::vector<TensorMeta> infer_batch_norm(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_batch_norm(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in, {"x", "gamma", "beta", "running_mean", "running_var"});
   const Shape& x = in[0].shape;
   TANDEM_CHECK(x.rank() >= 2, "x must be [batch, channels, ...], got shape ", x.to_string());
@@ -174,8 +174,7 @@ void batch_norm_kernel(const KernelContext& c) {
 //             grad_running_mean = grad_mean - gamma rstd sum g;
 //             grad_running_var = grad_var - gamma rstd^3 / 2 sum(g (x - mean)).
 //   both:     grad_gamma = sum(g xhat), grad_beta = sum g.
-std::vector<TensorMeta> infer_batch_norm_backward(absl::Span<const TensorMeta> in,
-                                                  const Attrs& attrs) {
+TensorMetas infer_batch_norm_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in, {"x", "gamma", "mean", "var", "grad_y", "grad_mean", "grad_var"});
   const Shape& x = in[0].shape;
   TANDEM_CHECK(x.rank() >= 2, "x must be [batch, channels, ...], got shape ", x.to_string());
@@ -282,7 +281,7 @@ Shape trailing(const Shape& x, int64_t axes) {
   return Shape(absl::Span<const int64_t>(x.dims().data() + x.rank() - axes, axes));
 }
 
-std::vector<TensorMeta> infer_layer_norm(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_layer_norm(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in, {"x", "gamma", "beta"});
   const Shape& x = in[0].shape;
   Shape normalized = trailing(x, normalized_axes_of(x, attrs));
@@ -339,8 +338,7 @@ void layer_norm_kernel(const KernelContext& c) {
 // Per row, with xhat = (x - mean) rstd and gy = g gamma:
 //   grad_x = rstd (gy - mean(gy) - xhat mean(gy xhat));
 // over rows: grad_gamma = sum(g xhat), grad_beta = sum g.
-std::vector<TensorMeta> infer_layer_norm_backward(absl::Span<const TensorMeta> in,
-                                                  const Attrs& attrs) {
+TensorMetas infer_layer_norm_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in, {"x", "gamma", "grad_y"});
   const Shape& x = in[0].shape;
   Shape normalized = trailing(x, normalized_axes_of(x, attrs));

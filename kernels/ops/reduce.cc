@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/container/inlined_vector.h"
+
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/ops/families.h"
@@ -15,10 +17,14 @@
 namespace tandem::kernels {
 namespace {
 
+// Axes of one shape, sorted: inline, so that a reduction allocates nothing
+// to find them.
+using Axes = absl::InlinedVector<int, 6>;
+
 // The reduced axes of `shape`, normalized, sorted and unique; all axes when
 // `axes` is empty.
-std::vector<int> reduced_axes(const Shape& shape, const std::vector<int64_t>& axes) {
-  std::vector<int> result;
+Axes reduced_axes(const Shape& shape, const std::vector<int64_t>& axes) {
+  Axes result;
   if (axes.empty()) {
     for (int i = 0; i < shape.rank(); ++i) result.push_back(i);
     return result;
@@ -36,13 +42,13 @@ std::vector<int> reduced_axes(const Shape& shape, const std::vector<int64_t>& ax
 }
 
 // The input's shape with reduced axes set to 1.
-Shape keepdims_shape(const Shape& shape, const std::vector<int>& axes) {
+Shape keepdims_shape(const Shape& shape, const Axes& axes) {
   Shape::Dims dims(shape.begin(), shape.end());
   for (int axis : axes) dims[axis] = 1;
   return Shape(dims);
 }
 
-Shape reduced_shape(const Shape& shape, const std::vector<int>& axes, bool keepdims) {
+Shape reduced_shape(const Shape& shape, const Axes& axes, bool keepdims) {
   if (keepdims) return keepdims_shape(shape, axes);
   Shape::Dims dims;
   for (int i = 0; i < shape.rank(); ++i) {
@@ -51,18 +57,18 @@ Shape reduced_shape(const Shape& shape, const std::vector<int>& axes, bool keepd
   return Shape(dims);
 }
 
-std::vector<TensorMeta> infer_reduce(absl::Span<const TensorMeta> in, const Attrs& attrs) {
-  std::vector<int> axes = reduced_axes(in[0].shape, attrs.get_ints("axes"));
+TensorMetas infer_reduce(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  Axes axes = reduced_axes(in[0].shape, attrs.get_ints("axes"));
   return {{reduced_shape(in[0].shape, axes, attrs.get_bool("keepdims")), in[0].dtype}};
 }
 
-std::vector<TensorMeta> infer_floating_reduce(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_floating_reduce(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_floating("input", in[0].dtype);
   return infer_reduce(in, attrs);
 }
 
-std::vector<TensorMeta> infer_max_min(absl::Span<const TensorMeta> in, const Attrs& attrs) {
-  std::vector<int> axes = reduced_axes(in[0].shape, attrs.get_ints("axes"));
+TensorMetas infer_max_min(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  Axes axes = reduced_axes(in[0].shape, attrs.get_ints("axes"));
   for (int axis : axes) {
     TANDEM_CHECK(in[0].shape[axis] > 0, "cannot reduce over axis ", axis, " of size 0 in shape ",
                  in[0].shape.to_string(), ": max/min of nothing is undefined");
@@ -104,12 +110,18 @@ using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, int6
 template <bool kMean>
 void sum_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
-  std::vector<int> axes = reduced_axes(x.shape(), c.attrs.get_ints("axes"));
+  Axes axes = reduced_axes(x.shape(), c.attrs.get_ints("axes"));
   Shape keep = keepdims_shape(x.shape(), axes);
   visit_numeric(x.dtype(), [&]<class T>() {
-    std::vector<Accumulator<T>> acc(keep.numel(), 0);
+    // One accumulator per output; a reduction of everything (a loss, a norm)
+    // needs only one and no index arithmetic. Both add in row-major order.
+    absl::InlinedVector<Accumulator<T>, 1> acc(keep.numel(), 0);
     const T* in = x.data<T>();
-    for_each_element(x.shape(), keep, [&](int64_t o, int64_t i) { acc[o] += in[i]; });
+    if (acc.size() == 1) {
+      for (int64_t i = 0; i < x.numel(); ++i) acc[0] += in[i];
+    } else {
+      for_each_element(x.shape(), keep, [&](int64_t o, int64_t i) { acc[o] += in[i]; });
+    }
     int64_t count = keep.numel() == 0 ? 0 : x.numel() / keep.numel();
     T* out = c.outputs[0].data<T>();
     for (size_t o = 0; o < acc.size(); ++o) {
@@ -126,7 +138,7 @@ void sum_kernel(const KernelContext& c) {
 template <bool kMax>
 void max_min_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
-  std::vector<int> axes = reduced_axes(x.shape(), c.attrs.get_ints("axes"));
+  Axes axes = reduced_axes(x.shape(), c.attrs.get_ints("axes"));
   Shape keep = keepdims_shape(x.shape(), axes);
   visit_numeric(x.dtype(), [&]<class T>() {
     T* out = c.outputs[0].data<T>();
@@ -147,7 +159,7 @@ void max_min_kernel(const KernelContext& c) {
 // Variance with `correction` (1: unbiased, as torch.var's default).
 void var_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
-  std::vector<int> axes = reduced_axes(x.shape(), c.attrs.get_ints("axes"));
+  Axes axes = reduced_axes(x.shape(), c.attrs.get_ints("axes"));
   Shape keep = keepdims_shape(x.shape(), axes);
   int64_t correction = c.attrs.get_int("correction");
   visit_floating(x.dtype(), [&]<class T>() {
@@ -169,7 +181,7 @@ void var_kernel(const KernelContext& c) {
   });
 }
 
-std::vector<TensorMeta> infer_argmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_argmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
   TANDEM_CHECK(shape.rank() > 0, "argmax needs at least one axis, got a scalar");
   int axis = shape.normalize_axis(static_cast<int>(attrs.get_int("axis")));
@@ -204,7 +216,7 @@ void argmax_kernel(const KernelContext& c) {
 
 // The gradient of a reduction, broadcast back over the reduced axes.
 Tensor expand_back(const Tensor& g, const Tensor& x, const Attrs& attrs) {
-  std::vector<int> axes = reduced_axes(x.shape(), attrs.get_ints("axes"));
+  Axes axes = reduced_axes(x.shape(), attrs.get_ints("axes"));
   Shape keep = keepdims_shape(x.shape(), axes);
   std::vector<int64_t> keep_dims(keep.begin(), keep.end());
   std::vector<int64_t> x_dims(x.shape().begin(), x.shape().end());

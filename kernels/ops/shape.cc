@@ -107,7 +107,7 @@ Shape resolve_reshape(const Shape& from, const Ints& dims) {
   return target;
 }
 
-std::vector<TensorMeta> infer_reshape(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_reshape(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   return {{resolve_reshape(in[0].shape, attrs.get_ints("shape")), in[0].dtype}};
 }
 
@@ -121,7 +121,7 @@ std::vector<Tensor> reshape_gradient(const GradContext& c) {
 
 // flatten: axes [start_axis, end_axis] become one; a scalar becomes [1].
 
-std::vector<TensorMeta> infer_flatten(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_flatten(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
   if (shape.rank() == 0) return {{Shape{1}, in[0].dtype}};
   int start = normalize_axis(attrs.get_int("start_axis"), shape);
@@ -157,7 +157,7 @@ Ints resolve_perm(const Shape& shape, const Ints& given) {
   return perm;
 }
 
-std::vector<TensorMeta> infer_transpose(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_transpose(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   Ints perm = resolve_perm(in[0].shape, attrs.get_ints("perm"));
   Shape::Dims dims(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) dims[i] = in[0].shape[static_cast<int>(perm[i])];
@@ -207,7 +207,7 @@ std::vector<Tensor> transpose_gradient(const GradContext& c) {
 
 // concat: inputs of one dtype and rank, equal except along `axis`.
 
-std::vector<TensorMeta> infer_concat(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_concat(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& first = in[0].shape;
   TANDEM_CHECK(first.rank() > 0, "cannot concatenate scalars (rank 0); use stack");
   int axis = normalize_axis(attrs.get_int("axis"), first);
@@ -258,7 +258,7 @@ int stack_axis(int64_t axis, const Shape& shape) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
-std::vector<TensorMeta> infer_stack(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_stack(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& first = in[0].shape;
   int axis = stack_axis(attrs.get_int("axis"), first);
   for (size_t k = 1; k < in.size(); ++k) {
@@ -288,13 +288,13 @@ std::vector<Tensor> stack_gradient(const GradContext& c) {
 
 // split: one output per entry of `sizes`, which must add up to the axis.
 
-std::vector<TensorMeta> infer_split(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_split(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
   int axis = normalize_axis(attrs.get_int("axis"), shape);
   const Ints& sizes = attrs.get_ints("sizes");
   TANDEM_CHECK(!sizes.empty(), "sizes must not be empty");
   int64_t total = 0;
-  std::vector<TensorMeta> out;
+  TensorMetas out;
   for (int64_t size : sizes) {
     TANDEM_CHECK(size >= 0, "sizes ", ints_to_string(sizes), " has a negative entry ", size);
     TANDEM_CHECK(size <= shape[axis] - total, "sizes ", ints_to_string(sizes),
@@ -356,7 +356,7 @@ SliceRange resolve_slice(const Shape& shape, const Attrs& attrs) {
   return {axis, begin, step, count};
 }
 
-std::vector<TensorMeta> infer_slice(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_slice(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   SliceRange range = resolve_slice(in[0].shape, attrs);
   Shape::Dims dims(in[0].shape.begin(), in[0].shape.end());
   dims[range.axis] = range.count;
@@ -408,7 +408,7 @@ std::vector<Tensor> slice_gradient(const GradContext& c) {
 // slice_backward: the rows of a slice put back in zeros, along an axis of
 // length `size`; the gradient of a strided slice.
 
-std::vector<TensorMeta> infer_slice_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_slice_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   TANDEM_CHECK(in[0].shape.rank() > 0, "cannot scatter a scalar (rank 0)");
   int axis = normalize_axis(attrs.get_int("axis"), in[0].shape);
   int64_t size = attrs.get_int("size");
@@ -453,7 +453,7 @@ int take_axis(const TensorMeta& x, const TensorMeta& indices, const Attrs& attrs
   return normalize_axis(attrs.get_int("axis"), x.shape);
 }
 
-std::vector<TensorMeta> infer_take(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_take(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   int axis = take_axis(in[0], in[1], attrs);
   return {{take_shape(in[0].shape, axis, in[1].shape), in[0].dtype}};
 }
@@ -499,7 +499,7 @@ std::vector<Tensor> take_gradient(const GradContext& c) {
 // index_add: out = x, then out[o, indices[j...], i] += src[o, j..., i]; the
 // adjoint of take. Repeated indices accumulate.
 
-std::vector<TensorMeta> infer_index_add(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_index_add(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   int axis = take_axis(in[0], in[1], attrs);
   TANDEM_CHECK(in[0].dtype != DType::kBool && in[0].dtype != DType::kFloat16 &&
                    in[0].dtype != DType::kBFloat16,
@@ -542,7 +542,7 @@ std::vector<Tensor> index_add_gradient(const GradContext& c) {
 
 // pad: `pads` = [before_0, after_0, before_1, after_1, ...], filled with `value`.
 
-std::vector<TensorMeta> infer_pad(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_pad(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
   const Ints& pads = attrs.get_ints("pads");
   TANDEM_CHECK(static_cast<int>(pads.size()) == 2 * shape.rank(), "pads ", ints_to_string(pads),
@@ -622,7 +622,7 @@ std::vector<Tensor> pad_gradient(const GradContext& c) {
 
 // expand: x broadcast to `shape` (NumPy rules; -1 keeps x's dimension).
 
-std::vector<TensorMeta> infer_expand(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_expand(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& from = in[0].shape;
   const Ints& target = attrs.get_ints("shape");
   int rank = static_cast<int>(target.size());

@@ -43,7 +43,7 @@ int softmax_axis(const Shape& shape, const Attrs& attrs) {
   return shape.normalize_axis(static_cast<int>(attrs.get_int("axis")));
 }
 
-std::vector<TensorMeta> infer_softmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_softmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_floating("input", in[0].dtype);
   softmax_axis(in[0].shape, attrs);
   return {{in[0].shape, in[0].dtype}};
@@ -150,15 +150,15 @@ double label_smoothing_of(const Attrs& attrs) {
   return e;
 }
 
-std::vector<TensorMeta> infer_cross_entropy(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_cross_entropy(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_classification(in, "logits");
   label_smoothing_of(attrs);
   return {{loss_shape(attrs, Shape{in[0].shape[0]}), in[0].dtype}};
 }
 
 // The backward ops take the forward's inputs and the loss's gradient.
-std::vector<TensorMeta> infer_classification_backward(absl::Span<const TensorMeta> in,
-                                                      const Attrs& attrs, const char* scores) {
+TensorMetas infer_classification_backward(absl::Span<const TensorMeta> in, const Attrs& attrs,
+                                          const char* scores) {
   check_classification(in, scores);
   Shape expected = loss_shape(attrs, Shape{in[0].shape[0]});
   TANDEM_CHECK(in[2].dtype == in[0].dtype && in[2].shape == expected, "grad must be ",
@@ -167,8 +167,7 @@ std::vector<TensorMeta> infer_classification_backward(absl::Span<const TensorMet
   return {{in[0].shape, in[0].dtype}};
 }
 
-std::vector<TensorMeta> infer_cross_entropy_backward(absl::Span<const TensorMeta> in,
-                                                     const Attrs& attrs) {
+TensorMetas infer_cross_entropy_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   label_smoothing_of(attrs);
   return infer_classification_backward(in, attrs, "logits");
 }
@@ -258,12 +257,12 @@ std::vector<Tensor> cross_entropy_gradient(const GradContext& c) {
           Tensor()};
 }
 
-std::vector<TensorMeta> infer_nll(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_nll(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_classification(in, "log_probs");
   return {{loss_shape(attrs, Shape{in[0].shape[0]}), in[0].dtype}};
 }
 
-std::vector<TensorMeta> infer_nll_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_nll_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   return infer_classification_backward(in, attrs, "log_probs");
 }
 
@@ -299,7 +298,7 @@ std::vector<Tensor> nll_gradient(const GradContext& c) {
   return {op("nll_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs), Tensor()};
 }
 
-std::vector<TensorMeta> infer_mse(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+TensorMetas infer_mse(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_floating("input", in[0].dtype);
   TANDEM_CHECK(in[0].dtype == in[1].dtype && in[0].shape == in[1].shape,
                "input and target must have the same shape and dtype, got ", dtype_name(in[0].dtype),

@@ -79,9 +79,9 @@ Node fuse(const Graph& graph, const std::vector<int>& members) {
   const Node& root = graph.nodes[static_cast<size_t>(members.back())];
   const kernels::OpDef& op = kernels::Registry::global().get("fused_elementwise");
   kernels::Attrs attrs = kernels::resolve_attrs(op, {{"program", std::move(program)}});
-  std::vector<kernels::TensorMeta> metas;
+  kernels::TensorMetas metas;
   for (ValueId id : inputs) metas.push_back(graph.meta(id));
-  std::vector<kernels::TensorMeta> inferred = op.infer(metas, attrs);
+  kernels::TensorMetas inferred = op.infer(metas, attrs);
   const Value& out = graph.value(root.outputs[0]);
   TANDEM_INTERNAL_ASSERT(inferred[0].shape == out.shape && inferred[0].dtype == out.dtype,
                          "fused group infers ", inferred[0].shape.to_string(), ", its last node ",
