@@ -34,21 +34,31 @@ Tensor unowned_handle(TensorImpl& impl) {
   return Tensor(std::shared_ptr<TensorImpl>(std::shared_ptr<TensorImpl>(), &impl));
 }
 
+// An op's attributes for one call: the caller's, resolved against the
+// op's schema (resolve_attrs, which throws for bad ones), or the op's
+// defaults, shared rather than copied, for a call that gives none.
+class CallAttrs {
+ public:
+  CallAttrs(const OpDef& op, const Attrs& given) {
+    if (given.items().empty() && !op.has_required_attrs) {
+      shared_ = &op.defaults;
+    } else {
+      owned_ = resolve_attrs(op, given);
+    }
+  }
+  const Attrs& get() const { return shared_ != nullptr ? *shared_ : owned_; }
+
+ private:
+  const Attrs* shared_ = nullptr;
+  Attrs owned_;
+};
+
 // Everything a pushed kernel needs, in one pooled block, so the closure is a
 // single pointer (see engine::OpFn's inline size).
 struct KernelCall {
-  // Resolves `given` against the op's schema (resolve_attrs), throwing for
-  // bad attributes; a call that gives none shares the op's defaults instead
-  // of copying them. (User-provided, also so that allocation does not first
-  // zero the whole block.)
-  KernelCall(const OpDef& op, const Attrs& given) : op(&op) {
-    if (given.items().empty() && !op.has_required_attrs) {
-      attrs = &op.defaults;
-    } else {
-      owned_attrs = resolve_attrs(op, given);
-      attrs = &owned_attrs;
-    }
-  }
+  // User-provided, so that allocation does not first zero the whole block.
+  KernelCall(const OpDef& op, KernelFn kernel, CallAttrs attrs)
+      : op(&op), kernel(kernel), attrs(std::move(attrs)) {}
 
   // Fills `impls` with snapshots of `inputs` then `outputs`, and points the
   // kernel's handles at them (Note [Snapshots inside the call]).
@@ -66,9 +76,8 @@ struct KernelCall {
   }
 
   const OpDef* op;
-  KernelFn kernel = nullptr;
-  const Attrs* attrs;  // The op's defaults or owned_attrs.
-  Attrs owned_attrs;
+  KernelFn kernel;
+  CallAttrs attrs;
   absl::InlinedVector<TensorImpl, 3> impls;
   absl::InlinedVector<Tensor, 4> inputs;
   absl::InlinedVector<Tensor, 2> outputs;
@@ -197,13 +206,13 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& 
     TANDEM_CHECK(inputs[i].defined(), "input ", i, " is an undefined tensor");
   }
   const Device device = common_device(inputs);
-  auto kernel_call =
-      std::allocate_shared<KernelCall>(engine::PoolAllocator<KernelCall>(), op, attrs);
-  const Attrs& resolved = *kernel_call->attrs;
+  CallAttrs call_attrs(op, attrs);
+  // Valid until call_attrs moves into the pushed call, at the end.
+  const Attrs& resolved = call_attrs.get();
   const Device output_device = op.output_device ? op.output_device(resolved) : device;
   const Device run_device = output_device.is_cuda() ? output_device : device;
-  kernel_call->kernel = run_device.is_cpu() ? op.cpu : op.cuda;
-  TANDEM_CHECK(kernel_call->kernel != nullptr, "has no kernel for ", run_device.to_string());
+  const KernelFn kernel = run_device.is_cpu() ? op.cpu : op.cuda;
+  TANDEM_CHECK(kernel != nullptr, "has no kernel for ", run_device.to_string());
   if (device.is_cuda()) {
     for (const Tensor& t : inputs) {
       if (is_cpu_scalar(t)) return dispatch_with_scalars_on(device, op, inputs, resolved, where);
@@ -221,7 +230,6 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& 
   for (TensorMeta& meta : inferred) {
     outputs.push_back(Tensor::empty(std::move(meta.shape), meta.dtype, output_device));
   }
-  kernel_call->snapshot(inputs, outputs);
 
   for (auto& slot : process_observers) {
     if (DispatchObserver* observer = slot.load(std::memory_order_acquire)) {
@@ -235,17 +243,23 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& 
   absl::InlinedVector<engine::Var*, 4> reads, writes;
   for (const Tensor& t : inputs) reads.push_back(t.var());
   for (const Tensor& t : outputs) writes.push_back(t.var());
-  const int64_t elements = elements_of(inputs, outputs);
+  engine::Engine& engine = engine::current();
+  if (run_device.is_cpu() && is_tiny(op, elements_of(inputs, outputs))) {
+    // Note [Tiny ops run inline] in core/engine/threaded_engine.cc: on the
+    // caller's own tensors, which nothing can rebind while it runs.
+    auto run_here = [&](const engine::RunContext& context) {
+      run_kernel(op, kernel, KernelContext{inputs, outputs, resolved, context});
+    };
+    if (engine.run_if_free(run_here, reads, writes, op.name.c_str(), where)) return outputs;
+  }
+  auto kernel_call = std::allocate_shared<KernelCall>(engine::PoolAllocator<KernelCall>(), op,
+                                                      kernel, std::move(call_attrs));
+  kernel_call->snapshot(inputs, outputs);
   engine::OpFn run = [call = std::move(kernel_call)](const engine::RunContext& context) {
     run_kernel(*call->op, call->kernel,
-               KernelContext{call->inputs, call->outputs, *call->attrs, context});
+               KernelContext{call->inputs, call->outputs, call->attrs.get(), context});
   };
-  engine::Engine& engine = engine::current();
-  if (is_tiny(op, elements)) {
-    engine.push_tiny(std::move(run), run_device, reads, writes, op.name.c_str(), where);
-  } else {
-    engine.push(std::move(run), run_device, reads, writes, op.name.c_str(), where);
-  }
+  engine.push(std::move(run), run_device, reads, writes, op.name.c_str(), where);
   return outputs;
 }
 

@@ -11,9 +11,9 @@
 // 4. Tells the observers of this thread (the autograd tape, the tracer).
 // 5. Pushes the kernel to the engine, reading the inputs' vars and writing
 //    the outputs', with the caller's source location. A call on a few
-//    thousand elements is pushed as tiny, so it runs at once on the caller's
-//    thread when its inputs are ready (Note [Tiny ops run inline] in
-//    core/engine/threaded_engine.cc).
+//    thousand elements runs at once on the caller's thread instead when
+//    nothing it touches is pending (Engine::run_if_free; Note [Tiny ops run
+//    inline] in core/engine/threaded_engine.cc).
 // Only a tiny op may have run when it returns. Errors in steps 1-3 are thrown
 // here, naming the op, the shapes and the user's line.
 //

@@ -40,6 +40,7 @@
 #include <memory>
 #include <source_location>
 
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 
 #include "core/device.h"
@@ -61,9 +62,6 @@ struct RunContext {
   // launch] in threaded_engine.cc). Null on the CPU.
   void* stream = nullptr;
 };
-
-// What the pusher knows about an op's running time.
-enum class OpCost { kUnknown, kTiny };
 
 // An op's function. Closures of up to 96 bytes are stored without allocation.
 using OpFn = InlineFunction<void(const RunContext&), 96>;
@@ -101,17 +99,31 @@ class Engine {
   // name); `where` should be the user's call site, which errors will name.
   void push(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name = "op",
             std::source_location where = std::source_location::current()) {
-    push_op(std::move(fn), device, reads, writes, name, where, OpCost::kUnknown);
+    push_op(std::move(fn), device, reads, writes, name, where);
   }
 
-  // push() for an op that runs in less time than handing it to a worker
-  // takes (a few hundred nanoseconds of work on one core): if nothing it
-  // touches is pending, the threaded engine runs it at once on the calling
-  // thread; otherwise it is queued like any op. See Note [Tiny ops run
-  // inline] in threaded_engine.cc. Failures still travel with the data.
+  // Runs `fn` now, on the calling thread, if no op is pending on any var it
+  // reads or writes, and returns true; otherwise returns false, having done
+  // nothing. For CPU ops that take less time than handing them to a worker
+  // (a few hundred nanoseconds of work on one core): see Note [Tiny ops run
+  // inline] in threaded_engine.cc. The run keeps a pushed op's bookkeeping:
+  // its vars are claimed while it runs, and a failure is stored on its
+  // writes for a later wait (Note [Failures]), not thrown. `fn` is only
+  // borrowed, so the caller needs no closure that outlives the call. The
+  // naive engine, which runs every op inside push, never runs one here.
+  virtual bool run_if_free(absl::FunctionRef<void(const RunContext&)> /*fn*/, VarSpan /*reads*/,
+                           VarSpan /*writes*/, const char* /*name*/,
+                           const std::source_location& /*where*/) {
+    return false;
+  }
+
+  // run_if_free(), else push(): a tiny op runs at once where nothing it
+  // touches is pending, and is queued like any op where something is.
   void push_tiny(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name = "op",
                  std::source_location where = std::source_location::current()) {
-    push_op(std::move(fn), device, reads, writes, name, where, OpCost::kTiny);
+    auto run = [&fn](const RunContext& context) { fn(context); };
+    if (device.is_cpu() && run_if_free(run, reads, writes, name, where)) return;
+    push_op(std::move(fn), device, reads, writes, name, where);
   }
 
   // Blocks until every write pushed so far to `var` has finished; throws the
@@ -138,7 +150,7 @@ class Engine {
 
  protected:
   virtual void push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-                       const std::source_location& where, OpCost cost) = 0;
+                       const std::source_location& where) = 0;
 };
 
 std::unique_ptr<Engine> make_engine(EngineKind kind, EngineOptions options = {});

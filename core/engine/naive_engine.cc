@@ -10,7 +10,7 @@
 namespace tandem::engine {
 
 void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-                          const std::source_location& where, OpCost /*every op runs inline*/) {
+                          const std::source_location& where) {
   if (device.is_cuda() && device.index() >= cuda_device_count()) {
     throw Error(str_cat("no device ", device.to_string(), ": this machine has ",
                         cuda_device_count(), " CUDA device(s)"),

@@ -23,7 +23,7 @@ class NaiveEngine final : public Engine {
 
  protected:
   void push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-               const std::source_location& where, OpCost cost) override;
+               const std::source_location& where) override;
 
  private:
   // Recursive: an op's function may release tensors, which deletes vars.

@@ -116,16 +116,20 @@ constexpr int kDefaultCpuWorkers = 1;
 // Note [Tiny ops run inline]
 // Handing an op to a worker costs the pusher ~1-3 us on a VM (the queue, a
 // wake-up, cache lines that cross cores), more than an add of a few thousand
-// floats takes. An op pushed with push_tiny whose vars are all free (nothing
-// pending on them) therefore runs at once on the pushing thread, with the
-// same bookkeeping as on a worker: its vars are claimed and released through
-// their queues, and a failure is stored on its outputs for a later wait, so
-// the program cannot tell where it ran. Where anything it touches is
-// pending, it is queued like any op: the frontend never waits for a worker
-// in order to run a tiny op, and in a training loop that runs ahead the
-// small ops still go to the workers. Whether an op is tiny is for the pusher
-// to say (kernels::call decides by element count). The pushing thread does
-// not continue with the ops it unblocks; they go to the workers.
+// floats takes. A tiny CPU op whose vars are all free (nothing pending on
+// them) therefore runs at once on the pushing thread, through run_if_free:
+// it claims its vars (all or none, so it cannot hold one while waiting for
+// another), runs, stores a failure on its writes for a later wait, and
+// releases them, so the program cannot tell where it ran. It needs no op
+// record, no queue entry and no closure of its own: kernels::call runs a
+// tiny kernel on the caller's tensors without copying anything, which makes
+// such an op about a third cheaper than a pushed one that happens to run
+// inline. Where anything it touches is pending, it is pushed like any op:
+// the frontend never waits for a worker in order to run a tiny op, and in a
+// training loop that runs ahead the small ops still go to the workers.
+// Whether an op is tiny is for the pusher to say (kernels::call decides by
+// element count). The pushing thread does not continue with the ops it
+// unblocks; they go to the workers.
 
 // Note [GPU ops complete at launch]
 // Each CUDA device has one worker thread and one stream. The worker runs an
@@ -218,7 +222,7 @@ void ThreadedEngine::synchronize_device(Device device) {
 }
 
 void ThreadedEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
-                             const char* name, const std::source_location& where, OpCost cost) {
+                             const char* name, const std::source_location& where) {
   if (stopped_.load(std::memory_order_relaxed)) {
     throw Error("the engine has shut down; no more ops can be pushed", name, where);
   }
@@ -226,11 +230,11 @@ void ThreadedEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writ
       !inside_op()) {
     throttle();
   }
-  enqueue(std::move(fn), device, reads, writes, name, where, cost);
+  enqueue(std::move(fn), device, reads, writes, name, where);
 }
 
 void ThreadedEngine::enqueue(OpFn fn, Device device, VarSpan reads, VarSpan writes,
-                             const char* name, const std::source_location& where, OpCost cost) {
+                             const char* name, const std::source_location& where) {
   int64_t push_begin = profiler::enabled() ? profiler::now_ns() : 0;
   pool_for(device, where);  // Fail here, on the caller's thread, for a bad device.
   OpRecord* op = OpPool::create();
@@ -245,13 +249,13 @@ void ThreadedEngine::enqueue(OpFn fn, Device device, VarSpan reads, VarSpan writ
   // Read the id before scheduling: the op may run and be recycled at once.
   uint64_t id = push_begin != 0 ? next_op_id_.fetch_add(1, std::memory_order_relaxed) : 0;
   op->id = id;
-  schedule(op, cost);
+  schedule(op);
   if (push_begin != 0) {
     profiler::record(profiler::EventKind::kPush, name, push_begin, profiler::now_ns(), id);
   }
 }
 
-void ThreadedEngine::schedule(OpRecord* op, OpCost cost) {
+void ThreadedEngine::schedule(OpRecord* op) {
   pending_ops_.fetch_add(1, std::memory_order_relaxed);
   op->blockers.store(static_cast<int>(op->reads.size() + op->writes.size()) + 1,
                      std::memory_order_relaxed);
@@ -269,13 +273,54 @@ void ThreadedEngine::schedule(OpRecord* op, OpCost cost) {
   }
   // Release the vars already granted plus push's own blocker in one step.
   if (op->blockers.fetch_sub(ready_now + 1, std::memory_order_acq_rel) == ready_now + 1) {
-    // A GPU op needs its device's worker and stream, however small.
-    if (cost == OpCost::kTiny && op->device.is_cpu()) {
-      run(op, RunContext{op->device, RunContext::kPushingThread});  // Note [Tiny ops run inline]
-    } else {
-      dispatch(op);
+    dispatch(op);
+  }
+}
+
+bool ThreadedEngine::run_if_free(absl::FunctionRef<void(const RunContext&)> fn, VarSpan reads,
+                                 VarSpan writes, const char* name,
+                                 const std::source_location& where) {
+  // A profiled op goes the pushed way, which records its push and run.
+  if (stopped_.load(std::memory_order_relaxed) || profiler::enabled()) return false;
+  // Claim every var or none (Note [Tiny ops run inline]); several vars under
+  // the lock that orders multi-var appends (Note [Pushing from several
+  // threads]).
+  size_t reads_claimed = 0, writes_claimed = 0;
+  {
+    std::unique_lock lock(multi_var_append_mu_, std::defer_lock);
+    if (reads.size() + writes.size() >= 2) lock.lock();
+    while (reads_claimed < reads.size() && reads[reads_claimed]->try_claim_read()) {
+      ++reads_claimed;
+    }
+    if (reads_claimed == reads.size()) {
+      while (writes_claimed < writes.size() && writes[writes_claimed]->try_claim_write()) {
+        ++writes_claimed;
+      }
     }
   }
+  const bool claimed_all = reads_claimed == reads.size() && writes_claimed == writes.size();
+  std::shared_ptr<const Error> failure;
+  if (claimed_all) {
+    for (Var* var : reads) {
+      if ((failure = var->failure())) break;  // Skipped; the failure passes on.
+    }
+    if (!failure) {
+      try {
+        RunningOpScope running(name);
+        fn(RunContext{Device::cpu(), RunContext::kPushingThread});
+      } catch (...) {
+        failure = capture_failure(name, where);
+        note_failure(failure);
+      }
+    }
+    for (Var* var : writes) var->set_failure(failure);
+  }
+  // Release what was claimed; ops queued behind it meanwhile may start.
+  ReadyOps ready;
+  for (size_t i = 0; i < reads_claimed; ++i) reads[i]->complete_read(ready);
+  for (size_t i = 0; i < writes_claimed; ++i) writes[i]->complete_write(ready);
+  for (OpRecord* op : ready) dispatch(op);
+  return claimed_all;
 }
 
 void ThreadedEngine::dispatch(OpRecord* op) {
@@ -325,8 +370,7 @@ OpRecord* ThreadedEngine::run(OpRecord* op, const RunContext& context) {
   }
   // A successful write makes the var healthy again.
   for (Var* var : op->writes) var->set_failure(failure);
-  bool on_worker = context.worker != RunContext::kPushingThread;
-  return complete(op, on_worker ? &context.device : nullptr);
+  return complete(op, &context.device);
 }
 
 void ThreadedEngine::complete_after_event(OpRecord* op, std::shared_ptr<const Error> failure) {
@@ -400,7 +444,7 @@ void ThreadedEngine::wait(Var* var) {
     op->name = "wait";
     op->engine = this;
     op->waiter = &state;
-    schedule(op, OpCost::kUnknown);
+    schedule(op);
     if (!poll_until_done(state.done)) cpu_pool_->share_work();  // Note [Polling in wait]
     while (state.done.load(std::memory_order_acquire) == 0) state.done.wait(0);
     failure = std::move(state.failure);
@@ -460,7 +504,7 @@ void ThreadedEngine::delete_var(Var* var, OpFn on_delete) {
         if (on_delete) on_delete(context);
         var->mark_for_delete();
       },
-      Device::cpu(), {}, {var}, "delete_var", std::source_location::current(), OpCost::kUnknown);
+      Device::cpu(), {}, {var}, "delete_var", std::source_location::current());
 }
 
 void ThreadedEngine::shutdown(ShutdownMode mode) {

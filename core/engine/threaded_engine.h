@@ -28,21 +28,23 @@ class ThreadedEngine final : public Engine {
   void shutdown(ShutdownMode mode) override;
   EngineKind kind() const override { return EngineKind::kThreaded; }
   int num_workers(Device device) const override;
+  bool run_if_free(absl::FunctionRef<void(const RunContext&)> fn, VarSpan reads, VarSpan writes,
+                   const char* name, const std::source_location& where) override;
 
  protected:
   void push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-               const std::source_location& where, OpCost cost) override;
+               const std::source_location& where) override;
 
  private:
   // push() without the shutdown check.
   void enqueue(OpFn fn, Device device, VarSpan reads, VarSpan writes, const char* name,
-               const std::source_location& where, OpCost cost);
-  // Registers `op` with its vars; it runs once none of them blocks it. A
-  // tiny op that nothing blocks runs here and now.
-  void schedule(OpRecord* op, OpCost cost);
+               const std::source_location& where);
+  // Registers `op` with its vars; it is dispatched once none of them blocks
+  // it.
+  void schedule(OpRecord* op);
   // Sends a ready op to its device's workers (or runs a wait op inline).
   void dispatch(OpRecord* op);
-  // Runs a ready op; on a worker, returns a successor for the same worker.
+  // Runs a ready op on a worker; returns a successor for the same worker.
   OpRecord* run(OpRecord* op, const RunContext& context);
   // Finishes a GPU op whose event has fired (Note [GPU ops complete at
   // launch]); `failure`: a kernel of it failed on the device.

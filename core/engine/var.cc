@@ -54,6 +54,27 @@ bool Var::append_write(OpRecord* op) {
   return true;
 }
 
+bool Var::try_claim_read() {
+  std::lock_guard lock(mu_);
+  if (pending_write_ != nullptr) return false;
+  ++running_reads_;
+  return true;
+}
+
+bool Var::try_claim_write() {
+  std::lock_guard lock(mu_);
+  if (pending_write_ != nullptr || running_reads_ != 0) return false;
+  // A running write is a block of its own, as if appended by append_write;
+  // it has no op, and complete_write never looks for one.
+  Block* sentinel = BlockPool::create();
+  pending_write_ = tail_;
+  pending_write_->write = true;
+  pending_write_->next = sentinel;
+  tail_ = sentinel;
+  running_reads_ = kWriteRunning;
+  return true;
+}
+
 void Var::complete_read(ReadyOps& ready) {
   OpRecord* write = nullptr;
   {

@@ -53,6 +53,11 @@ class Var {
   bool append_read(OpRecord* op);
   // Queues `op` as a writer. Returns true if it may write right away.
   bool append_write(OpRecord* op);
+  // Claim the var for a read (a write) that starts now, for an op run
+  // without a queue entry (Engine::run_if_free), if nothing blocks it; false,
+  // changing nothing, otherwise. Released by complete_read (complete_write).
+  bool try_claim_read();
+  bool try_claim_write();
   // A read granted earlier has finished. Adds the op this unblocks, if any.
   void complete_read(ReadyOps& ready);
   // The running write has finished. Adds the ops this unblocks to `ready`.

@@ -1,5 +1,6 @@
 // The threaded engine's two frontend-side policies: tiny ops whose vars are
-// free run on the pushing thread (Note [Tiny ops run inline]), and a pusher
+// free run on the pushing thread (Note [Tiny ops run inline]: run_if_free and
+// push_tiny), and a pusher
 // that runs too far ahead of the workers blocks (Note [Bounded run-ahead]).
 #include <atomic>
 #include <chrono>
@@ -74,6 +75,83 @@ TEST(EngineInlineTest, TinyOpFailureIsDeliveredAtTheWait) {
     EXPECT_THAT(e.what(), HasSubstr("failing_tiny"));
   }
   EXPECT_NO_THROW(engine->wait_all()) << "a failure already thrown by a wait was thrown again";
+}
+
+// Verifies that run_if_free claims all of an op's vars or none: with one
+// var busy it runs nothing and leaves the vars it had claimed free.
+TEST(EngineInlineTest, RunIfFreeClaimsEveryVarOrNone) {
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1});
+  VarSet v(*engine, 2);
+  std::atomic<bool> release{false};
+  engine->push(
+      [&](const RunContext&) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      Device::cpu(), {}, {v[0]}, "gate");
+  bool ran = false;
+  auto mark = [&](const RunContext&) { ran = true; };
+  // v[1] is free and claimed first; v[0] is busy, so the claim rolls back.
+  EXPECT_FALSE(engine->run_if_free(mark, {v[1]}, {v[0]}, "blocked", {}));
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(engine->run_if_free(mark, {}, {v[1]}, "free", {})) << "v[1] was left claimed";
+  EXPECT_TRUE(ran);
+  release = true;
+  engine->wait_all();
+}
+
+// Verifies that an inline run shares a var with running reads, and that a
+// var both read and written is left to push (which queues it as a write).
+TEST(EngineInlineTest, RunIfFreeSharesReadsAndDeclinesReadWrite) {
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1});
+  VarSet v(*engine, 2);
+  std::atomic<bool> reading{false}, release{false};
+  engine->push(
+      [&](const RunContext&) {
+        reading = true;
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      Device::cpu(), {v[0]}, {}, "long_read");
+  while (!reading) std::this_thread::yield();
+  auto nothing = [](const RunContext&) {};
+  EXPECT_TRUE(engine->run_if_free(nothing, {v[0]}, {v[1]}, "second_read", {}));
+  EXPECT_FALSE(engine->run_if_free(nothing, {v[1]}, {v[1]}, "in_place", {}));
+  release = true;
+  engine->wait_all();
+  int value = 1;
+  engine->push_tiny([&](const RunContext&) { value *= 3; }, Device::cpu(), {v[1]}, {v[1]},
+                    "in_place");
+  engine->wait(v[1]);
+  EXPECT_EQ(value, 3);
+}
+
+// Verifies that an op pushed behind an inline run while it runs (a kernel
+// that frees a tensor pushes such a deletion) starts when the run releases
+// its vars.
+TEST(EngineInlineTest, RunIfFreeStartsWhatQueuedBehindIt) {
+  auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1});
+  VarSet v(*engine, 1);
+  EventLog log;
+  auto outer = [&](const RunContext&) {
+    log.begin(1);
+    engine->push(
+        [&](const RunContext&) {
+          log.begin(2);
+          log.end(2);
+        },
+        Device::cpu(), {}, {v[0]}, "behind");
+    log.end(1);
+  };
+  EXPECT_TRUE(engine->run_if_free(outer, {}, {v[0]}, "outer", {}));
+  engine->wait(v[0]);
+  EXPECT_TRUE(log.ended_before_began(1, 2));
+}
+
+// Verifies that the naive engine, which runs every op inside push and
+// throws there, leaves tiny ops to push.
+TEST(EngineInlineTest, NaiveEngineNeverRunsIfFree) {
+  auto engine = make_engine(EngineKind::kNaive);
+  VarSet v(*engine, 1);
+  EXPECT_FALSE(engine->run_if_free([](const RunContext&) {}, {}, {v[0]}, "op", {}));
 }
 
 // Verifies that with max_in_flight set, a pusher blocks once that many ops
