@@ -12,6 +12,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Pushes an op that writes `var` and runs until `release` is set.
+void push_gate(Engine& engine, Var* var, const std::atomic<bool>& release) {
+  engine.push(
+      [&release](const RunContext&) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      Device::cpu(), {}, {var}, "gate");
+}
+
 // Verifies that a tiny op on free vars has run by the time push_tiny
 // returns, on the pushing thread, and says so in its RunContext.
 TEST(EngineInlineTest, TinyOpOnFreeVarsRunsOnThePushingThread) {
@@ -35,11 +44,7 @@ TEST(EngineInlineTest, TinyOpBehindPendingWorkGoesToAWorker) {
   auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1});
   VarSet v(*engine, 2);
   std::atomic<bool> release{false};
-  engine->push(
-      [&](const RunContext&) {
-        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      },
-      Device::cpu(), {}, {v[0]}, "gate");
+  push_gate(*engine, v[0], release);
   EventLog log;
   std::thread::id ran_on;
   engine->push_tiny(
@@ -83,11 +88,7 @@ TEST(EngineInlineTest, RunIfFreeClaimsEveryVarOrNone) {
   auto engine = make_engine(EngineKind::kThreaded, {.cpu_workers = 1});
   VarSet v(*engine, 2);
   std::atomic<bool> release{false};
-  engine->push(
-      [&](const RunContext&) {
-        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      },
-      Device::cpu(), {}, {v[0]}, "gate");
+  push_gate(*engine, v[0], release);
   bool ran = false;
   auto mark = [&](const RunContext&) { ran = true; };
   // v[1] is free and claimed first; v[0] is busy, so the claim rolls back.
@@ -164,11 +165,7 @@ TEST(EngineInlineTest, PusherBlocksWhenTooManyOpsArePending) {
   std::atomic<int> pushed{0};
   std::atomic<int> ran{0};
   std::thread pusher([&] {
-    engine->push(
-        [&](const RunContext&) {
-          while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        },
-        Device::cpu(), {}, {v[0]}, "gate");
+    push_gate(*engine, v[0], release);
     for (int i = 0; i < 10 * kBound; ++i) {
       engine->push([&](const RunContext&) { ++ran; }, Device::cpu(), {}, {v[0]}, "queued");
       ++pushed;
