@@ -24,7 +24,10 @@ Tensor scalar_like(const Tensor& t, double value) {
   return kernels::scalar_tensor(value, t.dtype());
 }
 
+// None where they are the defaults (every axis, no keepdims): dispatch then
+// shares the op's defaults instead of copying attributes.
 Attrs reduce_attrs(const Dims& axes, bool keepdims) {
+  if (axes.empty() && !keepdims) return {};
   return {{"axes", axes}, {"keepdims", keepdims}};
 }
 

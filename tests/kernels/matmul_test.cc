@@ -128,12 +128,23 @@ TANDEM_OP_TEST_ROWS(matmul) {
   add_both(rows, matmul_row("transpose_a", {4, 3}, {4, 2}, true, false));
   add_both(rows, matmul_row("transpose_b", {3, 4}, {2, 4}, false, true));
   add_both(rows, matmul_row("transpose_both_batched", {2, 4, 3}, {1, 2, 4}, true, true));
-  // Large enough for oneDNN's blocked kernels; float32 accumulates over 96.
-  rows.push_back(matmul_row("large_f32", {64, 96}, {96, 48}));
-  rows.back().inputs = {random_tensor({64, 96}, 1, -1, 1, DType::kFloat32),
-                        random_tensor({96, 48}, 2, -1, 1, DType::kFloat32)};
-  rows.back().tolerance = 1e-4;
-  rows.back().check_gradient = false;
+  // Large enough for oneDNN: sgemm without batch axes (every transpose and
+  // vector form), the matmul primitive with them. float32 accumulates over
+  // 96 terms.
+  auto add_large_f32 = [&](std::string name, Shape a, Shape b, bool ta, bool tb) {
+    rows.push_back(matmul_row(std::move(name), a, b, ta, tb));
+    rows.back().inputs = {random_tensor(a, 1, -1, 1, DType::kFloat32),
+                          random_tensor(b, 2, -1, 1, DType::kFloat32)};
+    rows.back().tolerance = 1e-4;
+    rows.back().check_gradient = false;
+  };
+  add_large_f32("large_f32", {64, 96}, {96, 48}, false, false);
+  add_large_f32("large_f32_transpose_a", {96, 64}, {96, 48}, true, false);
+  add_large_f32("large_f32_transpose_b", {64, 96}, {48, 96}, false, true);
+  add_large_f32("large_f32_transpose_both", {96, 64}, {48, 96}, true, true);
+  add_large_f32("large_f32_matrix_vector", {64, 96}, {96}, false, false);
+  add_large_f32("large_f32_vector_matrix", {96}, {96, 64}, false, false);
+  add_large_f32("large_f32_batched", {2, 32, 96}, {2, 24, 96}, false, true);
   for (auto [name, a, b] : {std::tuple{"empty_rows", Shape{0, 3}, Shape{3, 2}},
                             std::tuple{"empty_inner", Shape{2, 0}, Shape{0, 3}}}) {
     add_both(rows, matmul_row(name, a, b));
