@@ -68,7 +68,10 @@ OpRecord* WorkerPool::poll() {
     if (OpRecord* op = try_pop()) return op;
     if (stopping_.load(std::memory_order_relaxed)) return nullptr;
     cpu_relax();
-    if (round % 256 == 0 && std::chrono::steady_clock::now() > deadline) return nullptr;
+    if (round % 256 == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return nullptr;
+      std::this_thread::yield();
+    }
   }
 }
 
