@@ -46,7 +46,7 @@ MatmulGeometry matmul_geometry(const Shape& a, const Shape& b, bool transpose_a,
   if (a.rank() == 1) {
     k_a = a[0];
   } else {
-    g.batch_a = sub_shape(a, 0, a.rank() - 2);
+    if (a.rank() > 2) g.batch_a = sub_shape(a, 0, a.rank() - 2);
     const int64_t rows = a[a.rank() - 2], cols = a[a.rank() - 1];
     g.m = g.transpose_a ? cols : rows;
     k_a = g.transpose_a ? rows : cols;
@@ -54,7 +54,7 @@ MatmulGeometry matmul_geometry(const Shape& a, const Shape& b, bool transpose_a,
   if (b.rank() == 1) {
     k_b = b[0];
   } else {
-    g.batch_b = sub_shape(b, 0, b.rank() - 2);
+    if (b.rank() > 2) g.batch_b = sub_shape(b, 0, b.rank() - 2);
     const int64_t rows = b[b.rank() - 2], cols = b[b.rank() - 1];
     k_b = g.transpose_b ? cols : rows;
     g.n = g.transpose_b ? rows : cols;
@@ -64,7 +64,7 @@ MatmulGeometry matmul_geometry(const Shape& a, const Shape& b, bool transpose_a,
                " cannot be multiplied: inner dimensions ", k_a, " and ", k_b, " differ");
   g.k = k_a;
   Shape::Dims batch_dims;
-  {
+  if (g.batch_a.rank() + g.batch_b.rank() > 0) {
     // Broadcast the batch axes, with a message that names the full shapes.
     int rank = std::max(g.batch_a.rank(), g.batch_b.rank());
     batch_dims.resize(rank);
