@@ -41,7 +41,7 @@ void set_thread_name(std::string name);
 
 enum class EventKind : uint8_t {
   kPush,     // On the caller's thread: time spent inside push().
-  kExecute,  // On a worker: the op running.
+  kExecute,  // On a worker (or the caller, for a tiny op run inline): the op running.
   kWait,     // On the caller's thread: blocked in wait() or wait_all().
 };
 

@@ -280,8 +280,8 @@ void ThreadedEngine::schedule(OpRecord* op) {
 bool ThreadedEngine::run_if_free(absl::FunctionRef<void(const RunContext&)> fn, VarSpan reads,
                                  VarSpan writes, const char* name,
                                  const std::source_location& where) {
-  // A profiled op goes the pushed way, which records its push and run.
-  if (stopped_.load(std::memory_order_relaxed) || profiler::enabled()) return false;
+  if (stopped_.load(std::memory_order_relaxed)) return false;
+  const int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
   // Claim every var or none (Note [Tiny ops run inline]); several vars under
   // the lock that orders multi-var appends (Note [Pushing from several
   // threads]).
@@ -320,6 +320,13 @@ bool ThreadedEngine::run_if_free(absl::FunctionRef<void(const RunContext&)> fn, 
   for (size_t i = 0; i < reads_claimed; ++i) reads[i]->complete_read(ready);
   for (size_t i = 0; i < writes_claimed; ++i) writes[i]->complete_write(ready);
   for (OpRecord* op : ready) dispatch(op);
+  if (begin != 0 && claimed_all) {
+    // Its push and its run, as for a pushed op; no flow between them, as
+    // both are on this thread.
+    int64_t end = profiler::now_ns();
+    profiler::record(profiler::EventKind::kPush, name, begin, end, 0);
+    profiler::record(profiler::EventKind::kExecute, name, begin, end, 0);
+  }
   return claimed_all;
 }
 

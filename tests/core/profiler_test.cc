@@ -201,6 +201,25 @@ TEST_F(ProfilerTest, EscapesOpNames) {
   EXPECT_EQ(complete_events(trace, "push", kName).size(), 1u);
 }
 
+// Verifies that a tiny op run inline (Note [Tiny ops run inline]) shows its push and its run,
+// both on the calling thread.
+TEST_F(ProfilerTest, TinyOpRunInlineIsProfiledOnTheCaller) {
+  drain();  // Nothing pending: the op's var is free, so it runs inline.
+  std::string path = temp_path("tandem_profiler_inline.json");
+  profiler::start(path);
+  Tensor t = Tensor::empty({1});
+  engine::current().push_tiny([](const engine::RunContext&) {}, Device::cpu(), {}, {t.var()},
+                              "profiled_inline");
+  drain();
+  profiler::stop();
+  json trace = read_json(path);
+  std::vector<json> pushes = complete_events(trace, "push", "profiled_inline");
+  std::vector<json> executes = complete_events(trace, "execute", "profiled_inline");
+  ASSERT_EQ(pushes.size(), 1u);
+  ASSERT_EQ(executes.size(), 1u);
+  EXPECT_EQ(pushes[0]["tid"], executes[0]["tid"]);
+}
+
 // Verifies that a stopped profiler records nothing: a later profile holds only its own ops.
 TEST_F(ProfilerTest, RecordsOnlyWhileRunning) {
   run_ops("unprofiled_op", 2);
