@@ -18,11 +18,13 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 # ahead of the modules that use them so that adding those modules needs no CI change).
 # clang-16 + libclang-rt-16-dev + libomp-16-dev build the fuzz targets (libFuzzer, clang's
 # sanitizer runtimes, clang's omp.h); clang 16 because Debian's clang 14 lacks
-# __builtin_source_location, which std::source_location needs.
+# __builtin_source_location, which std::source_location needs. ocl-icd-opencl-dev is only a
+# Recommends of libdnnl-dev, but Debian's dnnl-config.cmake requires OpenCL (its GPU runtime is
+# OCL), so find_package(dnnl) fails without it on a machine that installs no recommends.
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
-  libdnnl-dev nlohmann-json3-dev
+  libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev
   clang-format clang-16 libclang-rt-16-dev libomp-16-dev
   dataset-fashion-mnist
 )
