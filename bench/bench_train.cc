@@ -12,7 +12,7 @@
 // (bench::synthetic_batches) with cross-entropy; the tutorial's per-batch
 // accuracy bookkeeping is left out on both sides. Each model and framework
 // runs in a child process of its own (Note [Side by side in separate
-// processes]) with 2 threads: Tandem's engine with its default 2 workers
+// processes]) with 2 threads: Tandem's engine with its default one worker
 // (oneDNN on 2 OpenMP threads), libtorch per Note [libtorch configurations].
 // A second Tandem row runs the naive engine (TANDEM_ENGINE=naive: every op
 // inline on the caller, nothing in flight), which shows what the threaded

@@ -9,6 +9,7 @@
 
 #include "core/engine/object_pool.h"
 #include "core/error.h"
+#include "kernels/cpu/team_binding.h"
 #include "kernels/thread_budget.h"
 
 namespace tandem::kernels {
@@ -163,7 +164,9 @@ bool uses_all_cores(const OpDef& op, int64_t elements) {
 void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) {
   if (context.run.device.is_cpu() &&
       uses_all_cores(op, elements_of(context.inputs, context.outputs))) {
-    AllCoresLock lock;  // See Note [Thread budget].
+    // See Note [Thread budget] and Note [Binding the team to cores].
+    AllCoresLock lock;
+    bind_team_to_cores(context.run.worker);
     kernel(context);
     note_first_run(op);
   } else {

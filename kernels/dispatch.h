@@ -39,7 +39,10 @@
 // runtime Debian's oneDNN already uses, so the process has one intra-op pool,
 // not two. The lock is re-entrant per thread, so a uses_all_cores kernel that
 // calls parallel_for does not wait for itself, and a call from inside a
-// parallel region runs inline rather than nesting a second one.
+// parallel region runs inline rather than nesting a second one. The first
+// all-cores kernel on a worker pins that worker and its OpenMP threads to one
+// core each, so the waiting frontend is never queued behind a spinning one
+// (Note [Binding the team to cores] in kernels/cpu/team_binding.h).
 #pragma once
 
 #include <source_location>

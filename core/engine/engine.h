@@ -54,7 +54,8 @@ class Var;
 struct RunContext {
   Device device;
   // Index of the worker thread within its device's pool, or kPushingThread
-  // for a tiny op run inline by the thread that pushed it.
+  // for an op run by the thread that pushed it (a tiny op run inline, and
+  // every op of the naive engine).
   int worker = 0;
   static constexpr int kPushingThread = -1;
   // On a CUDA device: the stream (a cudaStream_t) the op enqueues its work

@@ -29,7 +29,7 @@ void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
   std::shared_ptr<const Error> failure;
   try {
     RunningOpScope running(name);
-    RunContext context{device, 0};
+    RunContext context{device, RunContext::kPushingThread};
     if (device.is_cuda()) {
       // Synchronous on the device too: a kernel's failure surfaces at its push.
       cuda::set_device(device.index());
