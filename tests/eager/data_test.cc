@@ -28,6 +28,7 @@
 #include "core/tensor.h"
 #include "eager/data/dataloader.h"
 #include "eager/data/idx.h"
+#include "tests/scoped_env.h"
 
 namespace tandem::data {
 namespace {
@@ -381,28 +382,7 @@ TEST(ReadIdxBadFileTest, TruncatedGzip) {
 // Fashion-MNIST
 // ---------------------------------------------------------------------------
 
-// Sets an environment variable for the scope of a test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old != nullptr) old_ = old;
-    had_ = old != nullptr;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      ::setenv(name_, old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using tandem::testing::ScopedEnv;
 
 // Verifies the default folder and its override.
 TEST(FashionMnistTest, DirDefaultAndOverride) {

@@ -8,11 +8,8 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,10 +21,12 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/dispatch.h"
 #include "tests/kernels/op_test_util.h"
+#include "tests/scoped_env.h"
 
 namespace tandem::kernels {
 namespace {
 
+using tandem::testing::ScopedEnv;
 using ::testing::HasSubstr;
 using testing::random_tensor;
 
@@ -41,30 +40,6 @@ std::vector<int> cpus_of_this_thread() {
   }
   return cpus;
 }
-
-// Sets an environment variable for one scope, restoring it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // Runs bind_team_to_cores(worker) on a fresh thread, then one parallel
 // region there, and returns the CPUs each OpenMP thread of it may run on,
