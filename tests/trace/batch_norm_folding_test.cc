@@ -31,6 +31,9 @@ struct Case {
   bool layer_output_read_twice = false;  // The conv's output also a graph output.
   bool stats_read = false;               // batch_norm's mean read by a node.
   bool linear = false;
+  // The layer carries a fused activation (as after activation_fusion): what
+  // an exported graph holds when batch_norm follows conv -> relu.
+  const char* activation = "none";
 };
 
 // x -> conv2d (or linear) -> batch_norm -> relu -> y; every parameter and
@@ -47,8 +50,10 @@ Graph layer_norm_graph(const Case& c) {
   ValueId beta = g.add_input("beta", InputKind::kState, Shape{o}, DType::kFloat32);
   ValueId mean = g.add_input("mean", InputKind::kState, Shape{o}, DType::kFloat32);
   ValueId var = g.add_input("var", InputKind::kState, Shape{o}, DType::kFloat32);
-  ValueId h = c.linear ? g.add_node(op("linear"), {}, {x, w, b})[0]
-                       : g.add_node(op("conv2d"), {{"padding", Ints{1, 1}}}, {x, w, b})[0];
+  ValueId h =
+      c.linear ? g.add_node(op("linear"), {{"activation", c.activation}}, {x, w, b})[0]
+               : g.add_node(op("conv2d"), {{"padding", Ints{1, 1}}, {"activation", c.activation}},
+                            {x, w, b})[0];
   std::vector<ValueId> bn = g.add_node(op("batch_norm"), {{"training", c.training}, {"eps", 1e-3}},
                                        {h, gamma, beta, mean, var});
   g.add_output(g.add_node(op("relu"), {}, {bn[0]})[0], "y");
@@ -126,6 +131,31 @@ TEST(BatchNormFoldingTest, FoldsStackedPairs) {
   expect_same_results(std::move(original), std::move(folded));
 }
 
+// Verifies that batch norms in a row after one layer all fold in one run,
+// so that a second run (a loader optimizing an exported graph again) finds
+// nothing left to fold.
+TEST(BatchNormFoldingTest, FoldsAChainOfBatchNormsToAFixedPoint) {
+  Graph original;
+  Graph& g = original;
+  ValueId v = g.add_input("x", InputKind::kData, Shape{3, 6}, DType::kFloat32);
+  ValueId w = g.add_input("w", InputKind::kState, Shape{4, 6}, DType::kFloat32);
+  ValueId b = g.add_input("b", InputKind::kState, Shape{4}, DType::kFloat32);
+  v = g.add_node(op("linear"), {}, {v, w, b})[0];
+  for (int k = 0; k < 3; ++k) {
+    auto state = [&](const char* name) {
+      return g.add_input(str_cat(name, k), InputKind::kState, Shape{4}, DType::kFloat32);
+    };
+    ValueId gamma = state("gamma"), beta = state("beta"), mean = state("mean"), var = state("var");
+    v = g.add_node(op("batch_norm"), {}, {v, gamma, beta, mean, var})[0];
+  }
+  g.add_output(v, "y");
+  Graph folded = original;
+  EXPECT_EQ(fold_batch_norms(folded, {.inference = true}), 3);
+  EXPECT_FALSE(has_op(folded, "batch_norm"));
+  EXPECT_EQ(fold_batch_norms(folded, {.inference = true}), 0);
+  expect_same_results(std::move(original), std::move(folded));
+}
+
 // Verifies that the pipeline folds batch norm for inference and leaves the
 // eps as a folded constant, with the same results.
 TEST(BatchNormFoldingTest, PipelineFoldsForInference) {
@@ -166,6 +196,25 @@ TEST(BatchNormFoldingTest, KeepsBatchNormWhoseStatisticsAreRead) {
   Graph g = layer_norm_graph({.stats_read = true});
   EXPECT_EQ(fold_batch_norms(g, {.inference = true}), 0);
   EXPECT_TRUE(has_op(g, "batch_norm"));
+}
+
+// Verifies that a layer with a fused activation keeps its batch_norm:
+// bn(relu(conv(x))) is not an affine function of conv(x). Folding it anyway
+// was how a loaded model (optimized at export and again at load) gave wrong
+// answers.
+TEST(BatchNormFoldingTest, KeepsLayerWithFusedActivation) {
+  for (const char* activation : {"relu", "sigmoid", "leaky_relu"}) {
+    for (bool linear : {false, true}) {
+      SCOPED_TRACE(str_cat(activation, linear ? " linear" : " conv2d"));
+      Graph original = layer_norm_graph({.linear = linear, .activation = activation});
+      Graph g = original;
+      EXPECT_EQ(fold_batch_norms(g, {.inference = true}), 0);
+      EXPECT_TRUE(has_op(g, "batch_norm"));
+      // And the whole pipeline, run on it, changes no value.
+      optimize(g, {.inference = true});
+      expect_same_results(std::move(original), std::move(g));
+    }
+  }
 }
 
 }  // namespace

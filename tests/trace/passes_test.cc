@@ -1,10 +1,16 @@
 // Each pass on hand-built graphs: what it removes, what it must keep, and the
 // memory plan's reuse.
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "core/error.h"
+#include "kernels/dispatch.h"
+#include "tests/scoped_env.h"
 #include "tests/trace/graph_test_util.h"
 #include "trace/graph.h"
 #include "trace/passes/common_subexpression.h"
@@ -33,6 +39,23 @@ TEST(DeadCodeTest, RemovesNodesThatReachNoOutputAndKeepsInputs) {
   EXPECT_EQ(g.nodes[0].op->name, "exp");
   EXPECT_EQ(g.nodes[1].op->name, "neg");
   EXPECT_EQ(g.inputs.size(), 2u);
+}
+
+// Verifies that a constant nothing reads is dropped (folding passes leave
+// the weights they replaced so) while unread data and state inputs stay.
+TEST(DeadCodeTest, DropsUnreadConstantsAndKeepsOtherInputs) {
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
+  g.add_input("unused_state", InputKind::kState, Shape{4}, DType::kFloat32);
+  ValueId c = g.add_constant("c", kernels::call1("full", {}, {{"shape", std::vector<int64_t>{4}}}));
+  g.add_constant("unused", kernels::call1("full", {}, {{"shape", std::vector<int64_t>{2}}}));
+  g.add_output(g.add_node(op("add"), {}, {x, c})[0], "y");
+  EXPECT_EQ(eliminate_dead_code(g), 1);
+  verify(g);
+  ASSERT_EQ(g.inputs.size(), 3u);
+  EXPECT_EQ(g.inputs[0].name, "x");
+  EXPECT_EQ(g.inputs[1].name, "unused_state");
+  EXPECT_EQ(g.inputs[2].name, "c");
 }
 
 TEST(CommonSubexpressionTest, MergesEqualCallsAndRewiresReaders) {

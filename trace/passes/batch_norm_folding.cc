@@ -54,8 +54,10 @@ void rewrite(Graph& graph, Match& match) {
 
 }  // namespace
 
-int fold_batch_norms(Graph& graph, const OptimizeOptions& options) {
-  if (!options.inference) return 0;
+namespace {
+
+// One sweep: folds every batch_norm whose input a layer makes right now.
+int fold_once(Graph& graph) {
   const kernels::OpDef* batch_norm = &op("batch_norm");
   const kernels::OpDef* conv2d = &op("conv2d");
   const kernels::OpDef* linear = &op("linear");
@@ -78,6 +80,7 @@ int fold_batch_norms(Graph& graph, const OptimizeOptions& options) {
     const bool channels_on_axis_1 =
         layer.op == conv2d || (layer.op == linear && v.shape.rank() == 2);
     if (!channels_on_axis_1) continue;
+    if (layer.attrs.get_string("activation") != "none") continue;  // Fused earlier.
     matches.push_back({static_cast<size_t>(v.node), n});
   }
   if (matches.empty()) return 0;
@@ -109,6 +112,18 @@ int fold_batch_norms(Graph& graph, const OptimizeOptions& options) {
   graph.nodes = std::move(ordered);
   graph.compact();
   return static_cast<int>(matches.size());
+}
+
+}  // namespace
+
+int fold_batch_norms(Graph& graph, const OptimizeOptions& options) {
+  if (!options.inference) return 0;
+  // A folded layer writes what its batch_norm wrote, so a second batch_norm
+  // reading that (two in a row) now follows a layer too: sweep until none
+  // folds, so that the pass leaves nothing a second run would fold.
+  int folded = 0;
+  for (int n = fold_once(graph); n > 0; n = fold_once(graph)) folded += n;
+  return folded;
 }
 
 }  // namespace tandem::trace

@@ -19,7 +19,11 @@
 //     output, e.g. for gradients, and batch statistics);
 //   - batch_norm has training = false, so it uses the running statistics,
 //     and its mean/var outputs (copies of them) are unread;
-//   - the conv's (linear's) output has no other reader and is not a graph
+//   - the conv's (linear's) output reaches the batch_norm with nothing in
+//     between: its "activation" attribute is "none" (a layer that already
+//     carries a fused activation, as in a graph optimized once and loaded
+//     again, computes act(conv(x)); the normalization cannot be pushed
+//     through the activation), it has no other reader and is not a graph
 //     output;
 //   - the output's axis 1 is the channel axis batch_norm normalizes: always
 //     for conv2d ([N, O, H, W]); for linear only when the output is [N, O].
@@ -33,6 +37,8 @@
 namespace tandem::trace {
 
 // Returns the number of batch_norm nodes folded (0 unless options.inference).
+// Runs to a fixed point: a chain layer -> batch_norm -> batch_norm folds
+// whole, and a second run folds nothing.
 int fold_batch_norms(Graph& graph, const OptimizeOptions& options);
 
 }  // namespace tandem::trace

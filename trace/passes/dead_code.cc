@@ -21,8 +21,17 @@ int eliminate_dead_code(Graph& graph) {
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     if (live_node[n]) kept.push_back(std::move(graph.nodes[n]));
   }
-  const int removed = static_cast<int>(graph.nodes.size() - kept.size());
+  std::vector<GraphInput> inputs;
+  inputs.reserve(graph.inputs.size());
+  for (GraphInput& input : graph.inputs) {
+    if (input.kind != InputKind::kConstant || live_value[input.value]) {
+      inputs.push_back(std::move(input));
+    }
+  }
+  const int removed =
+      static_cast<int>(graph.nodes.size() - kept.size() + graph.inputs.size() - inputs.size());
   graph.nodes = std::move(kept);
+  graph.inputs = std::move(inputs);
   graph.compact();
   return removed;
 }
