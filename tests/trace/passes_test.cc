@@ -23,6 +23,26 @@ namespace {
 
 using testing::op;
 
+// Verifies that TANDEM_DUMP_GRAPHS writes every step of a graph whose name
+// holds folder separators (a module path), inside the dump folder.
+TEST(PipelineTest, DumpsGraphsWhoseNamesHoldASlash) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / str_cat("tandem-dump-", ::getpid());
+  fs::remove_all(dir);
+  ::tandem::testing::ScopedEnv dump("TANDEM_DUMP_GRAPHS", dir.string());
+  Graph g;
+  ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
+  g.add_output(g.add_node(op("exp"), {}, {x})[0], "y");
+  optimize(g, {.name = "net/../encoder"});
+  EXPECT_TRUE(fs::exists(dir / "net_.._encoder.0.traced.txt"));
+  EXPECT_TRUE(fs::exists(dir / "net_.._encoder.0.traced.dot"));
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) files += entry.is_regular_file();
+  EXPECT_GT(files, 2);
+  fs::remove_all(dir);
+  EXPECT_FALSE(fs::exists(dir.parent_path() / "encoder.0.traced.txt"));
+}
+
 TEST(DeadCodeTest, RemovesNodesThatReachNoOutputAndKeepsInputs) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);

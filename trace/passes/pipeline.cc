@@ -40,13 +40,35 @@ constexpr Pass kPasses[] = {
     {"dead_code", [](Graph& g, const OptimizeOptions&) { eliminate_dead_code(g); }},
 };
 
+// A graph's name as one file-name component: a name like "net/encoder"
+// would otherwise point into a folder that does not exist (and "../x" out of
+// the dump folder).
+std::string file_name_part(const std::string& name) {
+  std::string part = name;
+  for (char& c : part) {
+    if (c == '/' || c == '\\' || c == '\0' || static_cast<unsigned char>(c) < 0x20) c = '_';
+  }
+  if (part.empty() || part == "." || part == "..") part = "graph";
+  return part;
+}
+
+void write_dump(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  TANDEM_CHECK(out.good(), "TANDEM_DUMP_GRAPHS: cannot write '", path, "'");
+}
+
 void dump(const Graph& graph, const OptimizeOptions& options, int step, const char* pass) {
   const char* dir = std::getenv("TANDEM_DUMP_GRAPHS");
   if (dir == nullptr || *dir == '\0') return;
-  std::filesystem::create_directories(dir);
-  const std::string base = str_cat(dir, "/", options.name, ".", step, ".", pass);
-  std::ofstream(base + ".txt") << to_text(graph);
-  std::ofstream(base + ".dot") << to_dot(graph);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  TANDEM_CHECK(!error, "TANDEM_DUMP_GRAPHS: cannot create the folder '", dir,
+               "': ", error.message());
+  const std::string base = str_cat(dir, "/", file_name_part(options.name), ".", step, ".", pass);
+  write_dump(base + ".txt", to_text(graph));
+  write_dump(base + ".dot", to_dot(graph));
 }
 
 }  // namespace

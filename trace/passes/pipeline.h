@@ -7,7 +7,9 @@
 // orders them. After each pass the graph is verified (graph.h), so a pass
 // that breaks an invariant is named at once. With TANDEM_DUMP_GRAPHS=dir set,
 // the graph is written before the first pass and after each one as
-// dir/<graph name>.<step>.<pass>.{txt,dot}.
+// dir/<graph name>.<step>.<pass>.{txt,dot}, the name with any '/' (or other
+// character a file name cannot hold) written as '_'; a dump that cannot be
+// written is a tandem::Error.
 #pragma once
 
 #include <string>
