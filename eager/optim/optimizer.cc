@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "core/error.h"
 #include "eager/ops.h"
 
@@ -18,6 +20,14 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(
     TANDEM_CHECK(params_[i].requires_grad(), "optimizer parameter ", i, " (",
                  params_[i].shape().to_string(),
                  ") does not require grad; call requires_grad_() or pass module->parameters()");
+  }
+  // A tensor listed twice would be stepped twice per step() (as two tensors
+  // sharing one gradient): refused, like torch.optim's duplicate check.
+  absl::flat_hash_map<const TensorImpl*, size_t> first_index;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto [it, added] = first_index.try_emplace(params_[i].impl_ptr().get(), i);
+    TANDEM_CHECK(added, "optimizer parameters ", it->second, " and ", i, " are the same tensor (",
+                 params_[i].shape().to_string(), "); list each parameter once");
   }
   check_lr(lr);
   // float64 always: optimizers compute their per-step scalars in it.

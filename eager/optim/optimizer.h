@@ -66,7 +66,8 @@ namespace tandem::optim {
 class Optimizer {
  public:
   // `params`: the tensors to update, usually module->parameters(). Throws
-  // tandem::Error if one is undefined or does not require grad, or if lr < 0.
+  // tandem::Error if one is undefined, does not require grad or is listed
+  // twice (the same tensor handle), or if lr < 0.
   Optimizer(std::vector<Tensor> params, double lr);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;

@@ -247,6 +247,22 @@ TEST(OptimTest, Errors) {
   expect_error([&] { optim::CosineAnnealingLR(opt, 0); }, "T_max must be > 0");
 }
 
+// Verifies that a parameter listed twice is refused rather than stepped twice
+// per step() (which SGD would do, moving it by twice the learning rate).
+TEST(OptimTest, RefusesAParameterListedTwice) {
+  Tensor p = make_param();
+  Tensor q = make_param();
+  try {
+    optim::SGD({p, q, p}, 0.1);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("optimizer parameters 0 and 2 are the same tensor"));
+  }
+  // A second handle on the same tensor is the same parameter too.
+  Tensor alias = p;
+  EXPECT_THROW(optim::Adam({p, alias}), Error);
+}
+
 // Verifies StepLR and CosineAnnealingLR against their formulas.
 TEST(OptimScheduleTest, StepAndCosine) {
   Tensor p = make_param();
