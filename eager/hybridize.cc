@@ -1,9 +1,11 @@
 #include "eager/hybridize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <iostream>
 #include <list>
+#include <mutex>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -241,7 +243,10 @@ ForwardBackward cut_forward_backward(const trace::Graph& g, trace::ValueId seed,
 struct HybridFunction::Impl {
   Fn fn;
   HybridizeOptions options;
+  // Held for a whole call: see Note [Calls from several threads].
+  std::mutex mutex;
   Stats stats;
+  std::atomic<int64_t> eager_calls{0};  // Stats::eager, counted without the mutex.
   // Most recently used first.
   std::list<CachedGraph> cache;
   absl::flat_hash_map<std::string, std::list<CachedGraph>::iterator> by_key;
@@ -596,14 +601,26 @@ HybridFunction::~HybridFunction() = default;
 HybridFunction::HybridFunction(HybridFunction&&) noexcept = default;
 HybridFunction& HybridFunction::operator=(HybridFunction&&) noexcept = default;
 
+// Note [Calls from several threads]
+// A call reads and changes the cache (a lookup moves its entry to the front,
+// a trace adds one and may evict another that a concurrent replay still
+// runs), so calls hold the function's mutex from lookup to return: calls
+// from several threads are safe and take turns. A replay only pushes work
+// to the engine, so the turn is short; a trace holds it while the function
+// runs eagerly. The call inside a trace that runs the function eagerly (a
+// hybridized block inside a hybridized step) happens on the tracing thread,
+// which holds the mutex of the outer function only; it takes no lock here
+// (two functions each tracing a call of the other would deadlock) and
+// touches nothing of this function's but an atomic counter.
 std::vector<Tensor> HybridFunction::operator()(const std::vector<Tensor>& inputs, int64_t key,
                                                std::source_location where) {
   Impl& s = *impl_;
   CallSiteScope site(s.options.name.c_str(), where);
   if (trace::Tracer::active()) {  // Inside another trace: be part of it.
-    ++s.stats.eager;
+    s.eager_calls.fetch_add(1, std::memory_order_relaxed);
     return s.fn(inputs);
   }
+  std::lock_guard turn(s.mutex);
   Signature signature = signature_of(inputs, key);
   std::string key_text = signature.text();
   auto found = s.by_key.find(key_text);
@@ -633,14 +650,11 @@ std::vector<Tensor> HybridFunction::operator()(const std::vector<Tensor>& inputs
                " (set strict = false to allow retracing)");
   ++s.stats.traces;
   s.stats.last_trace_reason = reason;
-  if (s.stats.traces > 1) {
-    std::cerr << "tandem: hybridize '" << s.options.name << "' traces again (#" << s.stats.traces
-              << "): " << reason << "\n";
-  }
-  if (s.stats.traces == s.options.warn_after_traces) {
+  if (s.options.warn_after_traces > 0 && s.stats.traces == s.options.warn_after_traces) {
     std::cerr << "tandem: warning: hybridize '" << s.options.name << "' has traced "
-              << s.stats.traces << " times; inputs whose shapes change on every call defeat "
-              << "the graph cache (pad to fixed shapes, or set strict = true to find the caller)\n";
+              << s.stats.traces << " times, the last because " << reason
+              << "; inputs whose shapes change on every call defeat the graph cache (pad to "
+              << "fixed shapes, or set strict = true to find the caller)\n";
   }
   s.last_traced = signature;
   std::vector<Tensor> outputs;
@@ -649,14 +663,18 @@ std::vector<Tensor> HybridFunction::operator()(const std::vector<Tensor>& inputs
   return outputs;
 }
 
-const HybridFunction::Stats& HybridFunction::stats() const { return impl_->stats; }
+const HybridFunction::Stats& HybridFunction::stats() const {
+  impl_->stats.eager = impl_->eager_calls.load(std::memory_order_relaxed);
+  return impl_->stats;
+}
 const trace::Executor* HybridFunction::last_executor() const { return impl_->last_executor; }
 const HybridizeOptions& HybridFunction::options() const { return impl_->options; }
 
 void HybridFunction::export_model(const std::string& path,
                                   absl::Span<const std::pair<std::string, Tensor>> names,
                                   const ExportOptions& options) const {
-  const Impl& s = *impl_;
+  Impl& s = *impl_;
+  std::lock_guard turn(s.mutex);
   TANDEM_CHECK(!s.cache.empty(), "export_model('", path, "'): '", s.options.name,
                "' has not been called yet; call it once so that there is a graph to export");
   const CachedGraph& graph = s.cache.front();

@@ -51,8 +51,10 @@ namespace tandem {
 struct HybridizeOptions {
   // Traced graphs kept, least recently used dropped first.
   int cache_size = 8;
-  // A warning on stderr once the function has been traced this many times:
-  // shapes that change on every call defeat the cache.
+  // One warning on stderr when the function has been traced this many times
+  // (shapes that change on every call defeat the cache), saying why the last
+  // trace happened; 0: never. Traces before that print nothing: each one's
+  // reason is in stats().last_trace_reason.
   int warn_after_traces = 4;
   // A new signature after the first trace is a tandem::Error instead.
   bool strict = false;
@@ -95,6 +97,12 @@ class HybridFunction {
   HybridFunction& operator=(HybridFunction&&) noexcept;
 
   // Traces or replays. `key` is extra signature (a module's training flag).
+  // Safe to call from several threads at once: calls take turns (a replay's
+  // turn is the time to push its work; a trace's, the eager run of the
+  // function), so results are those of some order of the calls (Note [Calls
+  // from several threads] in hybridize.cc). The function itself then runs
+  // on whichever thread traces; it must not wait for another thread's call
+  // of this same function.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, int64_t key = 0,
                                  std::source_location where = std::source_location::current());
 
@@ -104,9 +112,12 @@ class HybridFunction {
     int64_t eager = 0;    // Calls run eagerly (inside another trace).
     std::string last_trace_reason;
   };
+  // The counters as of the last call; read them while no call of this
+  // function is running on another thread (the reference is not locked).
   const Stats& stats() const;
   // The executor of the graph most recently traced or replayed; null before
-  // the first call. For inspection: graph(), memory_plan().
+  // the first call. For inspection: graph(), memory_plan(); as with stats(),
+  // while no other thread calls (a later call may evict its graph).
   const trace::Executor* last_executor() const;
   const HybridizeOptions& options() const;
 

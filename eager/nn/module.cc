@@ -30,7 +30,11 @@ Tensor Module::forward(const Tensor&) {
 }
 
 Tensor Module::operator()(const Tensor& x) {
-  if (!hybrid_.on) return forward(x);
+  std::unique_lock turn(*hybrid_.mutex);
+  if (!hybrid_.on) {
+    turn.unlock();
+    return forward(x);
+  }
   if (!hybrid_.function) {
     HybridizeOptions options = hybrid_.options;
     if (options.name == HybridizeOptions().name) options.name = type_name();
@@ -47,6 +51,7 @@ Tensor Module::operator()(const Tensor& x) {
 }
 
 void Module::export_model(const std::string& path, const ExportOptions& options) {
+  std::lock_guard turn(*hybrid_.mutex);
   TANDEM_CHECK(hybrid_.on, type_name(), ".export_model('", path,
                "'): call hybridize() first; the export writes the traced graph");
   TANDEM_CHECK(hybrid_.called, type_name(), ".export_model('", path,
@@ -82,6 +87,7 @@ void Module::export_model(const std::string& path, const ExportOptions& options)
 }
 
 void Module::hybridize(bool on, HybridizeOptions options) {
+  std::lock_guard turn(*hybrid_.mutex);
   hybrid_.on = on;
   hybrid_.options = std::move(options);
   hybrid_.function.reset();

@@ -54,12 +54,21 @@
 //
 // Lifetime: modules are held by std::shared_ptr (children are shared, so a
 // module may appear in two parents, e.g. for weight tying). Modules can be
-// moved, not copied. Module is not thread-safe: one thread builds and trains
-// a module at a time.
+// moved, not copied.
+//
+// Threads: one thread builds and trains a module at a time (registration,
+// train(), to(), load_state_dict, backward() into its parameters and
+// optimizers are not synchronized). Inference calls, operator() (hybridized
+// or not) or forward() in eval mode under a NoGradGuard, may come from
+// several threads at once, as when serving, as long as nothing changes the
+// module meanwhile: a hybridized module's calls take turns on its graph
+// cache (eager/hybridize.h), and hybridize() and export_model() take turns
+// with them.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -242,6 +251,10 @@ class Module {
   // The traced forward. Its function refers to this module, so a moved
   // module starts a new one (at its next call) instead of keeping it.
   struct HybridState {
+    // Serializes operator(), hybridize() and export_model(), which read and
+    // replace what follows. Recursive: a module called inside its own
+    // forward (rare, but legal eagerly) must not wait for itself.
+    std::unique_ptr<std::recursive_mutex> mutex = std::make_unique<std::recursive_mutex>();
     bool on = false;
     HybridizeOptions options;
     std::unique_ptr<HybridFunction> function;
