@@ -32,6 +32,17 @@ Tensor view(const Tensor& base, Shape shape, size_t byte_offset) {
   return Tensor(std::move(impl));
 }
 
+// A view the user made (reshape, slice, select), told to this thread's
+// observer: a tracer records it as a node at the user's line.
+Tensor user_view(const Tensor& base, Shape shape, size_t byte_offset,
+                 const std::source_location& where) {
+  Tensor result = view(base, std::move(shape), byte_offset);
+  if (TensorObserver* observer = current_tensor_observer()) {
+    observer->on_view(result, base, where);
+  }
+  return result;
+}
+
 // Bytes between consecutive entries of the leading axis.
 size_t row_bytes(const Tensor& t) {
   return static_cast<size_t>(t.shape().stride(0)) * dtype_size(t.dtype());
@@ -165,7 +176,7 @@ Tensor Tensor::reshape(absl::Span<const int64_t> dims, std::source_location wher
   Shape target(resolved);
   TANDEM_CHECK(target.numel() == numel(), "cannot reshape ", shape().to_string(), " (", numel(),
                " elements) to ", target.to_string(), " (", target.numel(), " elements)");
-  return view(*this, std::move(target), byte_offset());
+  return user_view(*this, std::move(target), byte_offset(), where);
 }
 
 Tensor Tensor::slice(int64_t begin, int64_t end, std::source_location where) const {
@@ -176,7 +187,8 @@ Tensor Tensor::slice(int64_t begin, int64_t end, std::source_location where) con
                ") is out of range for leading dimension ", rows, " of shape ", shape().to_string());
   Shape::Dims dims(shape().begin(), shape().end());
   dims[0] = end - begin;
-  return view(*this, Shape(dims), byte_offset() + static_cast<size_t>(begin) * row_bytes(*this));
+  return user_view(*this, Shape(dims),
+                   byte_offset() + static_cast<size_t>(begin) * row_bytes(*this), where);
 }
 
 Tensor Tensor::select(int64_t index, std::source_location where) const {
@@ -185,8 +197,8 @@ Tensor Tensor::select(int64_t index, std::source_location where) const {
   TANDEM_CHECK(0 <= index && index < shape()[0], "index ", index,
                " is out of range for leading dimension ", shape()[0], " of shape ",
                shape().to_string());
-  return view(*this, Shape(shape().dims().subspan(1)),
-              byte_offset() + static_cast<size_t>(index) * row_bytes(*this));
+  return user_view(*this, Shape(shape().dims().subspan(1)),
+                   byte_offset() + static_cast<size_t>(index) * row_bytes(*this), where);
 }
 
 Tensor Tensor::snapshot() const { return view(*this, shape(), byte_offset()); }

@@ -1,11 +1,13 @@
 // TensorObserver: what a tracer needs to see of Tensor besides op dispatch.
 //
 // The tracer (trace/tracer.h) records ops through kernels' dispatch
-// observers, but two things happen to tensors without an op:
+// observers, but three things happen to tensors without an op:
 //   * a value is read on the host (to_vector, item, to_string, wait_to_read),
 //     which a trace cannot follow: the traced code could branch on it;
 //   * a tensor is rebound in place with assign_ (an optimizer's update, a
-//     running statistic), which a replay must repeat.
+//     running statistic), which a replay must repeat;
+//   * a view is made (Tensor::reshape, slice, select), which a graph must
+//     compute with a node, best recorded where the user made it.
 // An observer installed on a thread sees both, for that thread only.
 #pragma once
 
@@ -25,6 +27,10 @@ class TensorObserver {
   // Called after `target` (and every handle sharing it) was rebound to
   // `value`'s data by Tensor::assign_.
   virtual void on_assign(const Tensor& target, const Tensor& value) = 0;
+  // Called after `view` was made from `base` by Tensor::reshape, slice or
+  // select at `where`. Does nothing unless overridden.
+  virtual void on_view(const Tensor& /*view*/, const Tensor& /*base*/,
+                       const std::source_location& /*where*/) {}
 };
 
 // Installs `observer` on this thread for the scope's lifetime (replacing, and

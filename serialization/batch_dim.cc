@@ -1,11 +1,27 @@
 #include "serialization/batch_dim.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "core/error.h"
 
 namespace tandem::serialization {
+
+namespace {
+
+// The message for a node whose attributes fix rows of the batch dimension.
+template <class... Args>
+std::string pins_the_batch(const trace::Node& node, const Args&... what) {
+  return str_cat(node.op->name,
+                 node.where.line() == 0 ? std::string()
+                                        : str_cat(" (traced at ", format_location(node.where), ")"),
+                 " ", what...,
+                 ", which another batch size would not follow: the graph does not work at other "
+                 "batch sizes; export with ExportOptions{.dynamic_batch = false}");
+}
+
+}  // namespace
 
 void generalize_batch(trace::Graph& graph, int64_t batch) {
   // Which values carry the batch in dimension 0: the data inputs, and the
@@ -20,6 +36,22 @@ void generalize_batch(trace::Graph& graph, int64_t batch) {
     for (trace::ValueId id : node.inputs) reads_batch = reads_batch || batched[id];
     if (!reads_batch) continue;
     const std::string& op = node.op->name;
+    const bool on_batch_axis =
+        node.attrs.has("axis") && batched[node.inputs[0]] &&
+        (node.attrs.get_int("axis") == 0 ||
+         node.attrs.get_int("axis") == -graph.value(node.inputs[0]).shape.rank());
+    if (op == "slice" && on_batch_axis) {
+      // Rows [0, batch) of the batch: all of it, at any batch size. Any
+      // other rows would stay those rows at another batch size, where eager
+      // code (slicing by its own batch's size) would take others.
+      TANDEM_CHECK(node.attrs.get_int("begin") == 0 && node.attrs.get_int("end") >= batch &&
+                       node.attrs.get_int("step") == 1,
+                   pins_the_batch(node, "takes rows [", node.attrs.get_int("begin"), ", ",
+                                  node.attrs.get_int("end"), ") of the batch dimension"));
+      node.attrs.set("end", std::numeric_limits<int64_t>::max());
+    }
+    TANDEM_CHECK(!(op == "split" && on_batch_axis),
+                 pins_the_batch(node, "splits the batch dimension into fixed sizes"));
     if ((op == "reshape" || op == "expand") && batched[node.inputs[0]]) {
       std::vector<int64_t> target = node.attrs.get_ints("shape");
       const bool has_inferred = std::find(target.begin(), target.end(), -1) != target.end();

@@ -28,7 +28,12 @@ namespace tandem::serialization {
 
 // Rewrites the "shape" attributes of reshape and expand nodes whose target
 // spells `batch` in dimension 0 of a value that carries the batch, so that
-// they keep dimension 0 instead. Data inputs carry the batch in dimension 0.
+// they keep dimension 0 instead, and a slice of all rows of such a value to
+// "all rows". Data inputs carry the batch in dimension 0. Throws
+// tandem::Error naming the node and its traced line for a slice of some rows
+// of the batch, or a split of it: those fix rows that eager code would
+// choose anew at another batch size, so the graph would run there and give
+// other answers.
 void generalize_batch(trace::Graph& graph, int64_t batch);
 
 // `graph` with its data inputs (in order) given `data_shapes`, and every

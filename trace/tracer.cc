@@ -86,22 +86,51 @@ ValueId Tracer::value_of(const Tensor& tensor, const std::source_location& where
 
 ValueId Tracer::record_view(const Tensor& tensor, const Known& base,
                             const std::source_location& where) {
-  // flatten -> slice the element range -> reshape: the same elements, as ops.
   const int64_t element = static_cast<int64_t>(dtype_size(tensor.dtype()));
   const int64_t begin = static_cast<int64_t>(tensor.byte_offset() - base.byte_offset) / element;
+  const int64_t count = tensor.numel();
+  // As few nodes as say what the view is, so that a dynamic batch carries
+  // through them (serialization/batch_dim.h): a reshape of all of the base;
+  // rows of its leading axis (slice on axis 0), reshaped if need be; or, for
+  // any other range of its elements, flatten -> slice -> reshape.
+  const int64_t row = base.shape.rank() > 0 ? base.shape.stride(0) : 1;
   ValueId id = base.value;
-  if (base.shape.rank() != 1) {
-    id =
-        graph_.add_node(op_named("reshape"), {{"shape", std::vector<int64_t>{-1}}}, {id}, where)[0];
-  }
-  if (begin != 0 || tensor.numel() != base.shape.numel()) {
+  if (begin == 0 && count == base.shape.numel()) {
+    // The whole base under another shape.
+  } else if (base.shape.rank() > 0 && row > 0 && begin % row == 0 && count % row == 0) {
+    id = graph_.add_node(
+        op_named("slice"),
+        {{"axis", int64_t{0}}, {"begin", begin / row}, {"end", (begin + count) / row}}, {id},
+        where)[0];
+  } else {
+    if (base.shape.rank() != 1) {
+      id = graph_.add_node(op_named("reshape"), {{"shape", std::vector<int64_t>{-1}}}, {id},
+                           where)[0];
+    }
     id = graph_.add_node(op_named("slice"),
-                         {{"axis", int64_t{0}}, {"begin", begin}, {"end", begin + tensor.numel()}},
-                         {id}, where)[0];
+                         {{"axis", int64_t{0}}, {"begin", begin}, {"end", begin + count}}, {id},
+                         where)[0];
   }
-  id = graph_.add_node(op_named("reshape"), {{"shape", dims_of(tensor.shape())}}, {id}, where)[0];
+  if (graph_.value(id).shape != tensor.shape()) {
+    id = graph_.add_node(op_named("reshape"), {{"shape", dims_of(tensor.shape())}}, {id}, where)[0];
+  }
   remember(tensor, id);
   return id;
+}
+
+void Tracer::on_view(const Tensor& view, const Tensor& base, const std::source_location& where) {
+  if (find(view)) return;  // Data the trace already names.
+  // A view of data from outside the trace waits until an op reads it (it
+  // becomes a state input then, with its view nodes).
+  auto it = known_.find(base.storage());
+  if (it == known_.end()) return;
+  for (const Known& k : it->second) {
+    if (k.byte_offset == base.byte_offset() && k.shape == base.shape() && k.dtype == base.dtype()) {
+      Known known = k;  // record_view appends to the vector `k` lives in.
+      record_view(view, known, where);
+      return;
+    }
+  }
 }
 
 void Tracer::on_op(const kernels::OpDef& op, absl::Span<const Tensor> inputs,

@@ -16,7 +16,9 @@
 // Tensor handle that holds it, and rebinding a handle (assign_) cannot
 // confuse the tracer. A tensor whose storage the trace has seen at another
 // offset or shape is a view made by Tensor::reshape/slice/select, which are
-// not ops; the tracer records them as reshape and slice nodes. A tensor whose
+// not ops; the tracer records them as reshape and slice nodes, when they are
+// made (told by core/tensor_observer.h, so the nodes carry the user's line)
+// or, for views of data from outside the trace, when an op reads them. A tensor whose
 // storage it has never seen comes from outside (a parameter, a buffer,
 // optimizer state, a captured constant): it becomes a state input, read live
 // from that very handle on every replay. The tracer keeps every storage it
@@ -104,6 +106,8 @@ class Tracer final : public kernels::DispatchObserver, public TensorObserver {
   void on_value_read(const Tensor& tensor, const char* what,
                      const std::source_location& where) override;
   void on_assign(const Tensor& target, const Tensor& value) override;
+  // Records a view of traced data as nodes at once, at the user's line.
+  void on_view(const Tensor& view, const Tensor& base, const std::source_location& where) override;
 
  private:
   struct Known {

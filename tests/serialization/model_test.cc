@@ -323,5 +323,54 @@ TEST(ExportLoad, AGraphThatPinsTheBatchIsRefusedUnlessFixed) {
   EXPECT_EQ(load(dir.file("f")).run({randn({2, 4})})[0].shape(), Shape({8}));
 }
 
+// A module that flattens with a view (Tensor::reshape), not an op.
+struct ViewFlatten : nn::Module {
+  ViewFlatten() { fc = register_module("fc", std::make_shared<nn::Linear>(12, 3)); }
+  Tensor forward(const Tensor& x) override {
+    return fc->forward(x.reshape({x.shape()[0], x.numel() / x.shape()[0]}));
+  }
+  std::shared_ptr<nn::Linear> fc;
+};
+
+// Verifies that a Tensor::reshape view inside a hybridized forward exports
+// with a free batch: the view is recorded as one reshape of the batched
+// value (it used to be flatten -> reshape at the traced batch size, which no
+// other batch size fits).
+TEST(ExportLoad, AViewReshapeKeepsTheBatchFree) {
+  ViewFlatten model;
+  model.eval();
+  hybridized_call(model, randn({2, 3, 4}));
+  ScratchDir dir;
+  model.export_model(dir.file("m"));
+  LoadedModel loaded = load(dir.file("m"));
+  for (int64_t batch : {1, 2, 5}) {
+    Tensor x = randn({batch, 3, 4});
+    expect_close(loaded.run({x})[0], eager_forward(model, x));
+  }
+}
+
+// A view that drops the last row of the batch: at another batch size eager
+// drops that batch's last row, which no fixed slice can follow.
+struct AllButLast : nn::Module {
+  Tensor forward(const Tensor& x) override {
+    return relu(x.slice(0, x.shape()[0] - 1));  // The line the export error must name.
+  }
+};
+
+// Verifies that a view that fixes rows of the batch is refused at export
+// (it used to export, and run at other batch sizes with the traced rows:
+// wrong answers), and that the error names the user's line that made the
+// view, not a line inside Tandem.
+TEST(ExportLoad, AViewThatPinsTheBatchIsRefusedAtTheUsersLine) {
+  AllButLast model;
+  hybridized_call(model, randn({3, 2}));
+  ScratchDir dir;
+  const std::string line = str_cat("model_test.cc:", __LINE__ - 12);
+  expect_error([&] { model.export_model(dir.file("m")); },
+               {"rows [0, 2) of the batch dimension", "slice", line, "dynamic_batch = false"});
+  model.export_model(dir.file("m"), {.dynamic_batch = false});
+  EXPECT_EQ(load(dir.file("m")).run({randn({3, 2})})[0].shape(), Shape({2, 2}));
+}
+
 }  // namespace
 }  // namespace tandem
