@@ -55,6 +55,10 @@ usage: tools/tandem.sh <command> [args]
                   default all) for SECONDS each (default TANDEM_FUZZ_SECONDS or 60); the
                   corpus grows in build/fuzz/corpus/<target>, findings land in
                   build/fuzz/findings/<target> (tests/fuzz/README.md)
+  difftest [N] [first seed]
+                  build release and check N random models (default 10000) in every
+                  mode against eager (tests/difftest/README.md); failures print the
+                  model, shrunk, as code
   bench [args]    install the libtorch peer's packages, build release and run every
                   build/release/bench/bench_* with args (figures: bench/README.md)
   format          rewrite all sources with clang-format
@@ -169,6 +173,12 @@ cmd_build() {
 cmd_demo() {
   cmd_build release
   exec build/release/tutorials/02_train_fashion_mnist "$@"
+}
+
+cmd_difftest() {
+  local models="${1:-10000}" seed="${2:-1000000}"
+  cmd_build release
+  build/release/tests/difftest --models "$models" --seed "$seed"
 }
 
 cmd_bench() {
@@ -369,6 +379,7 @@ main() {
     demo) cmd_demo "$@" ;;
     test) cmd_test ;;
     fuzz) cmd_fuzz "$@" ;;
+    difftest) cmd_difftest "$@" ;;
     bench) cmd_bench "$@" ;;
     format) cmd_format ;;
     help | -h | --help) usage ;;
