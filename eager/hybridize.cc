@@ -14,6 +14,7 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "eager/autograd.h"
+#include "eager/export_check.h"
 #include "eager/ops.h"
 #include "kernels/dispatch.h"
 #include "trace/passes/pipeline.h"
@@ -700,7 +701,25 @@ void HybridFunction::export_model(const std::string& path,
                      b.handle.requires_grad() ? serialization::InputRole::kParameter
                                               : serialization::InputRole::kBuffer});
   }
-  serialization::export_graph(path, graph.executor->graph(), state, options);
+  const trace::Graph& exported = graph.executor->graph();
+  if (options.check) {
+    check_export(
+        [&](const std::string& trial) {
+          serialization::export_graph(trial, exported, state, options);
+        },
+        exported,
+        [&](const std::vector<Tensor>& example) {
+          // The inference the graph computes, run eagerly, leaving the
+          // generator as it was.
+          NoGradGuard no_grad;
+          const uint64_t random = random_state();
+          std::vector<Tensor> outputs = s.fn(example);
+          manual_seed(random);
+          return outputs;
+        },
+        str_cat("export_model('", path, "')"));
+  }
+  serialization::export_graph(path, exported, state, options);
 }
 
 HybridFunction hybridize(HybridFunction::Fn fn, HybridizeOptions options) {

@@ -37,6 +37,12 @@ struct ExportOptions {
   // Dimension 0 of every data input is the batch; a loaded model accepts any
   // size there. Off: the loaded model takes exactly the traced shapes.
   bool dynamic_batch = true;
+  // Module::export_model and HybridFunction::export_model first write a
+  // trial copy, load it as a deployment would and compare one example's
+  // outputs with the eager model's; files whose answers differ are never
+  // written (eager/export_check.h). Off: write without the check (one
+  // model call and one load cheaper).
+  bool check = true;
 };
 
 namespace serialization {

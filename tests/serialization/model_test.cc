@@ -323,6 +323,33 @@ TEST(ExportLoad, AGraphThatPinsTheBatchIsRefusedUnlessFixed) {
   EXPECT_EQ(load(dir.file("f")).run({randn({2, 4})})[0].shape(), Shape({8}));
 }
 
+// Verifies that export checks what it writes: a graph whose answers differ
+// from the eager function's (here host state the trace froze) is refused,
+// naming the output and the node that made it, and leaves the files an
+// earlier export wrote as they were; check = false writes it anyway.
+TEST(ExportLoad, ExportRefusesFilesWhoseAnswersDifferFromEager) {
+  double scale = 1;
+  HybridFunction f([&](const std::vector<Tensor>& in) {
+    scale += 1;  // Host state: the graph keeps the traced 2, eager moves on.
+    return std::vector<Tensor>{relu(mul(in[0], scale))};
+  });
+  {
+    NoGradGuard no_grad;
+    f({randn({2, 3})});
+  }
+  ScratchDir dir;
+  f.export_model(dir.file("old"), {}, {.check = false});  // An earlier export.
+  const std::string old_json = read_bytes(dir.file("old.json"));
+  expect_error([&] { f.export_model(dir.file("old")); },
+               {"export_model(", "another answer than the eager model", "output 0", "host state",
+                "made by node 0", "model_test.cc", "Nothing was written"});
+  EXPECT_EQ(read_bytes(dir.file("old.json")), old_json);
+  expect_error([&] { f.export_model(dir.file("new")); }, {"another answer"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("new.json")));
+  f.export_model(dir.file("new"), {}, {.check = false});
+  EXPECT_TRUE(std::filesystem::exists(dir.file("new.json")));
+}
+
 // A module that flattens with a view (Tensor::reshape), not an op.
 struct ViewFlatten : nn::Module {
   ViewFlatten() { fc = register_module("fc", std::make_shared<nn::Linear>(12, 3)); }
