@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <utility>
 
 #include "core/error.h"
@@ -15,6 +18,7 @@
 #include "eager/ops.h"
 #include "eager/optim/optim.h"
 #include "serialization/model.h"
+#include "serialization/npy.h"
 #include "serialization/params.h"
 #include "trace/executor.h"
 #include "trace/passes/pipeline.h"
@@ -382,6 +386,33 @@ std::optional<std::string> check_reoptimize(const ModelSpec& spec, const CheckOp
   return std::nullopt;
 }
 
+// Starting a process costs more than every other check of a model together,
+// so one model in this many is also run by tandem-run.
+constexpr uint64_t kOneInOtherProcess = 8;
+
+std::optional<std::string> check_other_process(const ModelSpec& spec, const CheckOptions& options) {
+  if (spec.seed % kOneInOtherProcess != 0) return std::nullopt;
+  Models m(spec);
+  m.eval();
+  ScratchModel files(options, spec);
+  LoadedModel loaded = export_and_load(spec, m.tested, files);
+  const fs::path dir = fs::path(files.path()).parent_path();
+  NoGradGuard no_grad;
+  const Tensor x = model_input(spec, spec.other_batch, seed_for(spec, 130));
+  serialization::write_npy((dir / "x.npy").string(), x);
+  const std::string command =
+      str_cat(TANDEM_RUN_PATH, " '", files.path(), ".json' --input '", (dir / "x.npy").string(),
+              "' --output '", (dir / "out").string(), "' > '", (dir / "log").string(), "' 2>&1");
+  if (std::system(command.c_str()) != 0) {
+    std::ifstream log(dir / "log");
+    return str_cat("tandem-run failed: ", std::string(std::istreambuf_iterator<char>(log), {}));
+  }
+  const Tensor got =
+      serialization::read_npy((dir / "out" / (loaded.outputs()[0].name + ".npy")).string());
+  return judge(got, m.eager.model->forward(x), m.exact.model->forward(exact_input(x)),
+               str_cat("tandem-run (batch ", spec.other_batch, ") output"));
+}
+
 using Check = std::optional<std::string> (*)(const ModelSpec&, const CheckOptions&);
 
 const std::vector<std::pair<std::string, Check>>& checks() {
@@ -389,7 +420,7 @@ const std::vector<std::pair<std::string, Check>>& checks() {
       {"inference", check_inference},   {"training_forward", check_training_forward},
       {"gradients", check_gradients},   {"train_sgd", check_train_sgd},
       {"train_adam", check_train_adam}, {"export", check_export},
-      {"reoptimize", check_reoptimize},
+      {"reoptimize", check_reoptimize}, {"other_process", check_other_process},
   };
   return *all;
 }

@@ -18,6 +18,9 @@
 //   export             export_model then tandem::load, at both batch sizes
 //   reoptimize         the exported graph optimized again, as a loader that
 //                      optimizes a second time would, against the exported one
+//   other_process      tools/tandem-run on the exported files, at the other
+//                      batch size (one model in eight: a process start costs
+//                      more than all the other checks)
 // A check that throws (an export refused, a replay that fails) fails too,
 // with the error as its detail.
 #pragma once
