@@ -43,13 +43,14 @@ usage: tools/tandem.sh <command> [args]
   build [preset]  configure if needed and build; preset: release (default), asan, tsan, fuzz
                     release -> build/release   optimized, everything
                     asan    -> build/asan      ASan+UBSan, Debug -O1, no benchmarks
-                    tsan    -> build/tsan      TSan, Debug -O1, only engine_tests
+                    tsan    -> build/tsan      TSan, Debug -O1, only engine_tests and
+                                               concurrency_tests
                     fuzz    -> build/fuzz      clang-16 libFuzzer+ASan+UBSan, Debug -O1,
                                                only the loaders' fuzz targets (tests/fuzz)
   demo [args]     build release and train the Fashion-MNIST CNN (tutorials/02_train_fashion_mnist)
   test            the full CI suite: release+ctest, check-format, install+consumer,
                   asan+ctest, fuzz (each loader target for TANDEM_FUZZ_SECONDS),
-                  tsan+ctest (engine label); prints a timed summary
+                  tsan+ctest (engine and concurrency labels); prints a timed summary
   fuzz [target] [seconds]
                   build the fuzz preset and fuzz one loader (graph_json, params, npy;
                   default all) for SECONDS each (default TANDEM_FUZZ_SECONDS or 60); the
@@ -159,9 +160,10 @@ cmd_build() {
   dir="$(preset_dir "$preset")"
   log "building $preset (-j$JOBS)"
   if [[ "$preset" == tsan ]]; then
-    # Only the engine is threaded enough to be worth TSan's cost. The build runs under tsan_wrap
-    # because gtest_discover_tests executes the instrumented binary at build time.
-    tsan_wrap cmake --build "$dir" -j "$JOBS" --target engine_tests
+    # The engine, and the user API's concurrency contracts (tests/concurrency), are what is
+    # threaded enough to be worth TSan's cost. The build runs under tsan_wrap because
+    # gtest_discover_tests executes the instrumented binary at build time.
+    tsan_wrap cmake --build "$dir" -j "$JOBS" --target engine_tests concurrency_tests
   elif [[ "$preset" == fuzz ]]; then
     # The fuzz targets and what they link (core, kernels, trace, serialization), nothing else.
     cmake --build "$dir" -j "$JOBS" --target fuzz_targets
@@ -337,7 +339,7 @@ step_fuzz() {
 step_tsan() {
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   cmd_build tsan
-  tsan_wrap ctest --test-dir build/tsan -L engine --output-on-failure
+  tsan_wrap ctest --test-dir build/tsan -L 'engine|concurrency' --output-on-failure
 }
 
 cmd_test() {
