@@ -49,12 +49,13 @@ void export_small_model(uint64_t seed, const std::string& path) {
   f.export_model(path, {{"w", w}, {"b", b}});
 }
 
-// The small model as m.json and m.params in a scratch folder; each test
-// edits a copy of the JSON.
+// The small model as m.json and its params file in a scratch folder; each
+// test edits a copy of the JSON.
 class BadGraphFile : public ::testing::Test {
  protected:
   void SetUp() override {
     export_small_model(3, dir_.file("m"));
+    params_ = testing::params_path_of(dir_.file("m.json"));
     text_ = read_text(dir_.file("m.json"));
     json_ = Json::parse(text_);
   }
@@ -81,6 +82,7 @@ class BadGraphFile : public ::testing::Test {
   }
 
   ScratchDir dir_;
+  std::string params_;  // The params file m.json names.
   std::string text_;
   Json json_;
 };
@@ -269,33 +271,37 @@ TEST_F(BadGraphFile, ManifestMustMatchTheGraph) {
 }
 
 TEST_F(BadGraphFile, ParamsPathMustStayInTheModelFolder) {
-  for (const char* path : {"../m.params", "/etc/passwd", "sub/m.params", "..", "C:x", ""}) {
+  for (const std::string& path :
+       std::vector<std::string>{"../m.params", "/etc/passwd", "sub/m.params", "..", ".", "C:x", "",
+                                "a\\b", std::string("m\0x", 3), std::string(256, 'p')}) {
     expect_bad([&](Json& j) { j["params"]["file"] = path; },
                {"/params/file", "must be a plain file name in the graph file's folder"});
   }
+  expect_bad([&](Json& j) { j["params"]["file"] = std::string(256, 'p'); },
+             {"256 bytes long, more than the 255 a file name may have"});
   write_text(dir_.file("m.json"), text_);
   std::filesystem::create_directories(dir_.file("elsewhere"));
-  std::filesystem::rename(dir_.file("m.params"), dir_.file("elsewhere/m.params"));
-  std::filesystem::create_symlink(dir_.file("elsewhere/m.params"), dir_.file("m.params"));
-  expect_error([&] { load(dir_.file("m.json")); }, {"m.params", "symbolic link"});
+  std::filesystem::rename(params_, dir_.file("elsewhere/m.params"));
+  std::filesystem::create_symlink(dir_.file("elsewhere/m.params"), params_);
+  expect_error([&] { load(dir_.file("m.json")); }, {params_, "symbolic link"});
 }
 
 TEST_F(BadGraphFile, ParamsFileMustMatchItsManifest) {
   // The params of another export, with other weights: caught before use.
   export_small_model(4, dir_.file("other"));
-  std::filesystem::copy_file(dir_.file("other.params"), dir_.file("m.params"),
-                             std::filesystem::copy_options::overwrite_existing);
+  const std::string other = testing::params_path_of(dir_.file("other.json"));
+  std::filesystem::copy_file(other, params_, std::filesystem::copy_options::overwrite_existing);
   expect_error([&] { load(dir_.file("m.json")); }, {"not from the same export"});
   // Same names, another shape: the manifest names both.
-  serialization::write_params(dir_.file("m.params"), {{"w", randn({6, 4})}, {"b", randn({6})}});
+  serialization::write_params(params_, {{"w", randn({6, 4})}, {"b", randn({6})}});
   expect_error([&] { load(dir_.file("m.json")); },
                {"disagree on tensor 0", "'w' float32[4, 6]", "'w' float32[6, 4]"});
   // Truncated: the params file's own checks name it.
-  const std::string whole = read_text(dir_.file("other.params"));
-  write_text(dir_.file("m.params"), whole.substr(0, whole.size() - 10));
-  expect_error([&] { load(dir_.file("m.json")); }, {"m.params", "truncated"});
-  std::filesystem::remove(dir_.file("m.params"));
-  expect_error([&] { load(dir_.file("m.json")); }, {"cannot open", "m.params"});
+  const std::string whole = read_text(other);
+  write_text(params_, whole.substr(0, whole.size() - 10));
+  expect_error([&] { load(dir_.file("m.json")); }, {params_, "truncated"});
+  std::filesystem::remove(params_);
+  expect_error([&] { load(dir_.file("m.json")); }, {"cannot open", params_});
 }
 
 TEST_F(BadGraphFile, AFailedLoadLeavesOtherModelsWorking) {
