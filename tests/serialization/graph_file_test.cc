@@ -310,5 +310,36 @@ TEST_F(BadGraphFile, AFailedLoadLeavesOtherModelsWorking) {
   EXPECT_EQ(good.run({randn({1, 4})})[0].shape(), Shape({1, 3, 2}));
 }
 
+// A fused_elementwise program as long as a hostile file may make it (its
+// parse is linear: kernels/fused_program.cc) still loads and computes what
+// it says: r0 = -x, then r_k = r_{k-1} + x, so the last of n registers is
+// (n - 2) * x.
+TEST(LongFusedProgram, LoadsAndRuns) {
+  constexpr int kInstructions = 40000;
+  std::string program = "r0=neg(i0)";
+  for (int k = 1; k < kInstructions; ++k) program += str_cat(";r", k, "=add(r", k - 1, ",i0)");
+  ScratchDir dir;
+  serialization::write_params(dir.file("long.params"), {});
+  Json graph = {
+      {"format", "tandem.graph"},
+      {"format_version", "1.0"},
+      {"producer", "test"},
+      {"ops", {"fused_elementwise"}},
+      {"inputs", {{{"name", "x"}, {"role", "data"}, {"dtype", "float32"}, {"shape", {3}}}}},
+      {"nodes",
+       {{{"name", "f"},
+         {"op", "fused_elementwise"},
+         {"attrs", {{"program", {{"type", "string"}, {"value", program}}}}},
+         {"inputs", {"x"}},
+         {"outputs", {{{"name", "y"}, {"dtype", "float32"}, {"shape", {3}}}}}}}},
+      {"outputs", {{{"name", "out"}, {"value", "y"}, {"dtype", "float32"}, {"shape", {3}}}}},
+      {"params", {{"file", "long.params"}, {"tensors", Json::array()}}}};
+  write_text(dir.file("long.json"), graph.dump());
+  LoadedModel model = load(dir.file("long.json"));
+  Tensor x = Tensor::from_vector<float>({1, -2, 0.5}, Shape{3});
+  const float n = kInstructions - 2;
+  EXPECT_EQ(model.run({x})[0].to_vector<float>(), (std::vector<float>{n, -2 * n, 0.5f * n}));
+}
+
 }  // namespace
 }  // namespace tandem
