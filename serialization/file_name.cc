@@ -9,7 +9,9 @@ namespace tandem::serialization {
 std::optional<std::string> file_name_problem(std::string_view name, std::string_view extension) {
   if (name.empty()) return "it is empty";
   const std::string whole = str_cat(name, extension);
-  if (whole == "." || whole == "..") return str_cat("it is \"", whole, "\", a folder");
+  for (std::string_view part : {name, std::string_view(whole)}) {
+    if (part == "." || part == "..") return str_cat("\"", part, "\" names a folder");
+  }
   for (size_t i = 0; i < whole.size(); ++i) {
     const auto c = static_cast<unsigned char>(whole[i]);
     if (c == '/' || c == '\\' || c == ':') {

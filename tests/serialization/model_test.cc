@@ -13,6 +13,8 @@
 #include <tuple>
 #include <utility>
 
+#include "nlohmann/json.hpp"
+
 #include "bench/tutorial_models.h"
 #include "serialization/npy.h"
 #include "tests/serialization/test_util.h"
@@ -163,6 +165,37 @@ TEST(TandemRun, ReportsBadFilesAndArguments) {
   std::tie(status, log) = run(dir.file("mlp.json") + " --input other=" + dir.file("x.npy"));
   EXPECT_EQ(status, 2);
   EXPECT_THAT(log, ::testing::HasSubstr("missing --input input0=FILE.npy"));
+}
+
+// Verifies that an output name from the model file never becomes a path:
+// tandem-run refuses "../x", "/abs/x" and the like (serialization/
+// file_name.h) before it runs or writes anything.
+TEST(TandemRun, OutputNamesStayInTheOutputFolder) {
+  ScratchDir dir;
+  auto model = bench::make_tutorial_mlp();
+  hybridized_call(*model, randn({2, 1, 28, 28}));
+  model->export_model(dir.file("mlp"));
+  serialization::write_npy(dir.file("x.npy"), randn({2, 1, 28, 28}));
+  const nlohmann::json exported = nlohmann::json::parse(read_bytes(dir.file("mlp.json")));
+  std::filesystem::create_directories(dir.file("out/deep"));
+  for (const std::string& name : std::vector<std::string>{"../../escaped", dir.file("absolute"),
+                                                          "..", "a\\b", std::string(252, 'n')}) {
+    nlohmann::json edited = exported;
+    edited["outputs"][0]["name"] = name;
+    std::ofstream(dir.file("bad.json")) << edited.dump();
+    const std::string command = std::string(TANDEM_RUN_PATH) + " " + dir.file("bad.json") +
+                                " --input " + dir.file("x.npy") + " --output " +
+                                dir.file("out/deep") + " > " + dir.file("log.txt") + " 2>&1";
+    const int status = std::system(command.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << name << ": " << status;
+    const std::string log = read_bytes(dir.file("log.txt"));
+    EXPECT_THAT(log, ::testing::HasSubstr("output name")) << log;
+    EXPECT_THAT(log, ::testing::HasSubstr("cannot be a file name")) << log;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.file("out/deep"))) << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("escaped")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("absolute.npy")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out/escaped.npy")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Serialization, TutorialModel, ::testing::Values("mlp", "cnn"));
