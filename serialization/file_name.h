@@ -6,11 +6,12 @@
 //   write_npy((folder / name).string(), tensor);   // Cannot leave `folder`.
 //
 // A file name is a plain name in a folder, never a path: not empty, not "."
-// or ".." (with or without the extension), without '/', '\', ':' (a folder separator or drive letter on other
-// systems), NUL or another control character (U+0000..U+001F, U+007F), and
-// at most kMaxFileNameBytes bytes once the extension is added. Checked this
-// way, a hostile file cannot make Tandem read or write outside the folder
-// it was given (shared/RELIABILITY.md F01-F06).
+// or ".." (with or without the extension), without a slash, a backslash or
+// a colon (a folder separator or drive letter on other systems), NUL or
+// another control character (U+0000..U+001F, U+007F), and at most
+// kMaxFileNameBytes bytes once the extension is added. Checked this way, a
+// hostile file cannot make Tandem read or write outside the folder it was
+// given (shared/RELIABILITY.md F01-F06).
 #pragma once
 
 #include <cstddef>

@@ -139,7 +139,7 @@ int which_checkpoint(const std::string& path) {
 class KillTest : public ::testing::Test {
  protected:
   ScratchDir dir_;
-  std::mt19937 rng_{::testing::UnitTest::GetInstance()->random_seed()};
+  std::mt19937 rng_{static_cast<uint32_t>(::testing::UnitTest::GetInstance()->random_seed())};
 };
 
 // Verifies that Module::save stopped at any byte of its file, or killed at

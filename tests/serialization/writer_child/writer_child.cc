@@ -29,7 +29,7 @@ void write_named(const std::string& path, nn::Module& model) {
   std::vector<serialization::NamedTensor> tensors;
   for (const auto& [name, tensor] : model.state_dict()) tensors.push_back({name, tensor});
   const serialization::ParamsImage image(tensors, path);
-  serialization::AtomicFile out(path, {.named_temporary = true});
+  serialization::AtomicFile out(path, {.like = "", .named_temporary = true});
   image.write_to(out);
   out.commit();
 }
