@@ -386,9 +386,9 @@ ParamsFile read_from(const ByteSource& source, std::string_view file) {
   return out;
 }
 
-// ---- Writing ----
-
 }  // namespace
+
+// ---- Writing ----
 
 ParamsImage::ParamsImage(absl::Span<const NamedTensor> tensors, std::string_view display_name) {
   const std::string cannot = str_cat("cannot write params file '", display_name, "': ");
