@@ -23,6 +23,7 @@
 #include "bench/tutorial_models.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
+#include "serialization/file_io.h"
 #include "serialization/model.h"
 
 using namespace tandem;
@@ -66,6 +67,13 @@ double kib(const fs::path& path) {
   std::error_code ignored;
   auto size = fs::file_size(path, ignored);
   return ignored ? 0 : static_cast<double>(size) / 1024;
+}
+
+// An exported model's two files: the graph and the params file it names.
+double model_kib(const fs::path& json) {
+  const auto params = serialization::params_file_named_by(
+      serialization::read_file(json.string(), serialization::kMaxGraphFileBytes));
+  return kib(json) + (params ? kib(json.parent_path() / *params) : 0);
 }
 
 }  // namespace
@@ -118,8 +126,7 @@ int main(int argc, char** argv) try {
   std::printf("  %-22s %8s %10s %12s %9s %10s %9s %9s\n", "", "load", "1st call", "load+1st",
               "batch 1", "batch 64", "RSS MiB", "file KiB");
   bench::Results tandem_figures = medians(ours);
-  print_row("Tandem (tandem::load)", tandem_figures,
-            kib(dir / "cnn.json") + kib(dir / "cnn.params"));
+  print_row("Tandem (tandem::load)", tandem_figures, model_kib(dir / "cnn.json"));
   if (torchscript) {
     bench::Results torch_figures = medians(theirs);
     std::string label = "TorchScript (" + configs[0].label + ")";

@@ -122,7 +122,7 @@ class HybridFunction {
   const HybridizeOptions& options() const;
 
   // Writes the graph of the most recent call as `path`.json and
-  // `path`.params (serialization/model.h), for tandem::load in a program
+  // `path`.<checksum>.params (serialization/model.h), for tandem::load in a program
   // without this code. The graph must compute outputs only (no state updates
   // or gradients: trace an inference function). Its state inputs are named
   // from `names` (a tensor matched by its data) and otherwise "state<k>";

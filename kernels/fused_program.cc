@@ -144,8 +144,19 @@ FusedProgram parse_fused_program(std::string_view text, int num_inputs) {
 
   // Slots: take a free one for each register, then free those of registers
   // read for the last time here. Taking before freeing keeps a register's
-  // slot apart from its operands', so the block loops need not alias.
+  // slot apart from its operands', so the block loops need not alias. Each
+  // register is listed once, under the instruction after which its slot is
+  // free (its last reader, or itself if nothing reads it), lowest register
+  // first: the work is linear in the program's length, which a hostile
+  // graph file chooses.
   const int n = static_cast<int>(program.instrs.size());
+  std::vector<int> first_freed(static_cast<size_t>(n), -1), next_freed(static_cast<size_t>(n), -1);
+  for (int m = n - 1; m >= 0; --m) {
+    const int last = last_reader[static_cast<size_t>(m)];
+    int& head = first_freed[static_cast<size_t>(last == -1 ? m : last)];
+    next_freed[static_cast<size_t>(m)] = head;
+    head = m;
+  }
   program.slot.assign(static_cast<size_t>(n), -1);
   std::vector<int> free_slots;
   for (int k = 0; k + 1 < n; ++k) {
@@ -155,11 +166,9 @@ FusedProgram parse_fused_program(std::string_view text, int num_inputs) {
       program.slot[static_cast<size_t>(k)] = free_slots.back();
       free_slots.pop_back();
     }
-    for (int m = 0; m <= k; ++m) {
-      int last = last_reader[static_cast<size_t>(m)];
-      // Freed after its last reader, or at once if nothing reads it.
-      if (last == k || (m == k && last == -1))
-        free_slots.push_back(program.slot[static_cast<size_t>(m)]);
+    for (int m = first_freed[static_cast<size_t>(k)]; m != -1;
+         m = next_freed[static_cast<size_t>(m)]) {
+      free_slots.push_back(program.slot[static_cast<size_t>(m)]);
     }
   }
   return program;

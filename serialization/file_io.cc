@@ -1,13 +1,19 @@
 #include "serialization/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
@@ -35,11 +41,95 @@ const char* file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-// A name no other writer will pick: 64 random bits.
-std::string temp_name(const std::string& path) {
+// Note [Atomic writes]: temporary files are ".tandem-tmp-" and 16 hex
+// digits, 64 random bits: a name no other writer will pick.
+constexpr std::string_view kTemporaryPrefix = ".tandem-tmp-";
+constexpr size_t kTemporaryDigits = 16;
+
+std::string random_temporary_name() {
   std::random_device random;
   const uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
-  return str_cat(path, ".tmp-", absl::Hex(bits, absl::kZeroPad16));
+  return str_cat(kTemporaryPrefix, absl::Hex(bits, absl::kZeroPad16));
+}
+
+bool is_temporary_name(std::string_view name) {
+  return name.size() == kTemporaryPrefix.size() + kTemporaryDigits &&
+         name.substr(0, kTemporaryPrefix.size()) == kTemporaryPrefix &&
+         std::all_of(name.begin() + kTemporaryPrefix.size(), name.end(),
+                     [](char c) { return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f'); });
+}
+
+// The folder part of `path`: "." for a bare name.
+std::string folder_of(const std::string& path) {
+  const std::string::size_type slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool file_exists(const std::string& path) {
+  struct stat info;
+  return !path.empty() && ::stat(path.c_str(), &info) == 0;
+}
+
+// The file that `path` names once every symbolic link on the way is
+// followed (the link's target may not exist yet); `path` when it is no link.
+std::string resolve_links(const std::string& path) {
+  std::string current = path;
+  // Linux's own limit on links followed in one lookup.
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat info;
+    if (::lstat(current.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return current;
+    std::error_code error;
+    const std::string target = std::filesystem::read_symlink(current, error).string();
+    TANDEM_CHECK(!error, "cannot write '", path, "': cannot read the symbolic link '", current,
+                 "': ", error.message());
+    current =
+        !target.empty() && target[0] == '/' ? target : str_cat(folder_of(current), "/", target);
+  }
+  TANDEM_CHECK(false, "cannot write '", path, "': more than 40 symbolic links in a chain");
+}
+
+// The open(2) errors of a kernel or file system without O_TMPFILE.
+bool lacks_o_tmpfile(int error) {
+  return error == EOPNOTSUPP || error == EISDIR || error == EINVAL;
+}
+
+// Gives the file open as `fd` the permission bits and owner of the file at
+// `like`, when there is one.
+void take_mode_and_owner(int fd, const std::string& like) {
+  struct stat info;
+  if (like.empty() || ::stat(like.c_str(), &info) != 0) return;
+  // The owner first: chown clears set-user-ID bits, which fchmod then sets.
+  // Without the privilege to give the file away the process stays its
+  // owner, and may still set the group if it is a member.
+  if ((info.st_uid != ::geteuid() || info.st_gid != ::getegid()) &&
+      ::fchown(fd, info.st_uid, info.st_gid) != 0) {
+    static_cast<void>(::fchown(fd, static_cast<uid_t>(-1), info.st_gid));
+  }
+  TANDEM_CHECK(::fchmod(fd, info.st_mode & 07777) == 0,
+               "cannot give a temporary file the permissions of '", like, "': ", errno_text(errno));
+}
+
+// Removes the temporary files in `folder` whose writer is gone (Note [Atomic
+// writes]): a file is stale once its lock can be taken, and it is removed
+// only while this sweep holds that lock and the name still leads to it.
+void remove_stale_temporaries(const std::string& folder) {
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) return;  // Creating the new file will say why.
+  const int dir_fd = ::dirfd(dir);
+  while (const dirent* entry = ::readdir(dir)) {
+    if (!is_temporary_name(entry->d_name)) continue;
+    const int fd = ::openat(dir_fd, entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat held, named;
+    if (::fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        ::fstatat(dir_fd, entry->d_name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+        named.st_dev == held.st_dev && named.st_ino == held.st_ino) {
+      ::unlinkat(dir_fd, entry->d_name, 0);
+    }
+    ::close(fd);
+  }
+  ::closedir(dir);
 }
 
 }  // namespace
@@ -102,26 +192,88 @@ void InputFile::read_at(uint64_t offset, absl::Span<uint8_t> out) const {
   }
 }
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+AtomicFile::AtomicFile(std::string path, const Options& options) : path_(std::move(path)) {
   check_path(path_, "write");
-  temp_path_ = temp_name(path_);
-  // O_EXCL: never write through a file (or a planted link) already there.
-  const int fd = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  TANDEM_CHECK(fd >= 0, "cannot write '", path_, "': cannot create '", temp_path_,
-               "': ", errno_text(errno));
+  check_path(options.like, "read the permissions of");
+  target_ = resolve_links(path_);
+  folder_ = folder_of(target_);
+  remove_stale_temporaries(folder_);
+  int fd = -1;
+  if (!options.named_temporary) {
+    fd = ::open(folder_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    const int error = errno;
+    TANDEM_CHECK(fd >= 0 || lacks_o_tmpfile(error), "cannot write '", path_,
+                 "': cannot create a temporary file in '", folder_, "': ", errno_text(error));
+  }
+  if (fd >= 0) {
+    // Held from the start, so that the file is never unlocked under a name.
+    ::flock(fd, LOCK_EX);
+  } else {
+    fd = create_named_temporary();
+  }
   file_ = ::fdopen(fd, "wb");
   if (file_ == nullptr) {
     const int error = errno;
     ::close(fd);
-    ::unlink(temp_path_.c_str());
+    discard_temporary();
     TANDEM_CHECK(false, "cannot write '", path_, "': ", errno_text(error));
+  }
+  try {
+    take_mode_and_owner(::fileno(file_), file_exists(target_) ? target_ : options.like);
+  } catch (const Error&) {
+    discard_temporary();
+    throw;
   }
 }
 
-AtomicFile::~AtomicFile() {
-  if (committed_) return;
+int AtomicFile::create_named_temporary() {
+  while (true) {
+    temp_path_ = str_cat(folder_, "/", random_temporary_name());
+    // O_EXCL: never write through a file (or a planted link) already there.
+    const int fd = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) {
+      const int error = errno;
+      const std::string temp = std::exchange(temp_path_, std::string());
+      TANDEM_CHECK(false, "cannot write '", path_, "': cannot create '", temp,
+                   "': ", errno_text(error));
+    }
+    ::flock(fd, LOCK_EX);
+    struct stat info;
+    if (::fstat(fd, &info) == 0 && info.st_nlink > 0) return fd;
+    // Another writer's sweep took it for stale before it was locked.
+    ::close(fd);
+  }
+}
+
+void AtomicFile::link_unnamed_temporary() {
+  const int fd = ::fileno(file_);
+  const std::string by_proc = str_cat("/proc/self/fd/", fd);
+  while (true) {
+    const std::string name = str_cat(folder_, "/", random_temporary_name());
+    if (::linkat(AT_FDCWD, by_proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0 ||
+        // Without /proc the descriptor itself can be linked, with privilege.
+        (errno == ENOENT && ::linkat(fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0)) {
+      temp_path_ = name;
+      return;
+    }
+    if (errno == EEXIST) continue;
+    TANDEM_CHECK(false, "cannot write '", path_,
+                 "': cannot link the finished temporary file into '", folder_,
+                 "': ", errno_text(errno));
+  }
+}
+
+void AtomicFile::discard_temporary() {
+  // Unlinked while still locked, so that no sweep sees it unlocked.
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  temp_path_.clear();
   if (file_ != nullptr) std::fclose(file_);
-  ::unlink(temp_path_.c_str());
+  file_ = nullptr;
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) discard_temporary();
 }
 
 void AtomicFile::write(absl::Span<const uint8_t> bytes) {
@@ -129,10 +281,9 @@ void AtomicFile::write(absl::Span<const uint8_t> bytes) {
   if (bytes.empty()) return;
   if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
     const int error = errno;
-    // Closed now, so that a caller who catches and carries on cannot write
-    // into a file that has lost bytes.
-    std::fclose(file_);
-    file_ = nullptr;
+    // Discarded now, so that a caller who catches and carries on cannot
+    // commit a file that has lost bytes.
+    discard_temporary();
     TANDEM_CHECK(false, "cannot write '", path_, "' (at byte ", written_, "): ", errno_text(error));
   }
   written_ += bytes.size();
@@ -145,20 +296,32 @@ void AtomicFile::write(std::string_view bytes) {
 void AtomicFile::commit() {
   TANDEM_INTERNAL_ASSERT(file_ != nullptr, "commit of '", path_, "' after commit or failure");
   // The buffered tail reaches the disk (and a full disk says so) only here.
-  const bool flushed = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-  int error = errno;
-  const bool closed = std::fclose(file_) == 0;
-  file_ = nullptr;
-  if (flushed && !closed) error = errno;
-  TANDEM_CHECK(flushed && closed, "cannot write '", path_, "': ", errno_text(error));
-  TANDEM_CHECK(::rename(temp_path_.c_str(), path_.c_str()) == 0, "cannot write '", path_,
-               "': renaming '", temp_path_, "' over it failed: ", errno_text(errno));
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) {
+    const int error = errno;
+    discard_temporary();
+    TANDEM_CHECK(false, "cannot write '", path_, "': ", errno_text(error));
+  }
+  try {
+    if (temp_path_.empty()) link_unnamed_temporary();
+  } catch (const Error&) {
+    discard_temporary();
+    throw;
+  }
+  if (::rename(temp_path_.c_str(), target_.c_str()) != 0) {
+    const int error = errno;
+    const std::string temp = temp_path_;
+    discard_temporary();
+    TANDEM_CHECK(false, "cannot write '", path_, "': renaming '", temp, "' over '", target_,
+                 "' failed: ", errno_text(error));
+  }
   committed_ = true;
+  // Closed (and unlocked) only now that the temporary name is gone. Every
+  // byte is on disk already, so a close that reports an error lost nothing.
+  std::fclose(file_);
+  file_ = nullptr;
   // Make the rename itself durable; a file system that cannot sync a
-  // directory has still renamed, so a failure here is not an error.
-  const std::string::size_type slash = path_.rfind('/');
-  const std::string folder = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
-  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  // folder has still renamed, so a failure here is not an error.
+  const int dir = ::open(folder_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     ::fsync(dir);
     ::close(dir);

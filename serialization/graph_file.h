@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,12 @@ std::string write_graph_json(const GraphFile& file);
 
 // Parses and checks a graph file image; `display_name` names it in errors.
 GraphFile parse_graph_json(absl::Span<const uint8_t> bytes, std::string_view display_name);
+
+// The params file that a graph file image names, if it is JSON with a
+// plain file name at /params/file; nothing otherwise. Checks nothing else,
+// so it answers for any graph file, even one this build cannot load: the
+// exporter uses it to find the params file that a new export supersedes.
+std::optional<std::string> params_file_named_by(absl::Span<const uint8_t> bytes);
 
 // Limits on what a graph file may declare, so that a small hostile file
 // cannot make the loader work or allocate without bound.

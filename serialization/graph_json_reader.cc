@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "nlohmann/json.hpp"
 
 #include "core/error.h"
+#include "serialization/file_name.h"
 #include "serialization/graph_file.h"
 
 namespace tandem::serialization {
@@ -520,16 +522,13 @@ class GraphParser {
   void parse_params() {
     const Json& params = f_.object(f_.at(root_, "params", ""), "/params");
     f_.only(params, "/params", {"file", "tensors"});
-    std::string file = f_.string(f_.at(params, "file", "/params"), "/params/file", 255);
+    std::string file = f_.string(f_.at(params, "file", "/params"), "/params/file", kMaxNameLength);
     // A plain file name beside the graph file: never a path that could
-    // leave the model's folder (shared/RELIABILITY.md F01-F06).
-    const bool plain = !file.empty() && file != "." && file != ".." &&
-                       file.find_first_of("/\\:") == std::string::npos &&
-                       std::none_of(file.begin(), file.end(),
-                                    [](unsigned char c) { return c < 0x20 || c == 0x7f; });
-    if (!plain) {
-      f_.fail("/params/file", str_cat("params file ", printable(file),
-                                      " must be a plain file name in the graph file's folder"));
+    // leave the model's folder (serialization/file_name.h).
+    if (auto problem = file_name_problem(file)) {
+      f_.fail("/params/file",
+              str_cat("params file ", printable(file),
+                      " must be a plain file name in the graph file's folder: ", *problem));
     }
     out_.params_file = file;
 
@@ -592,6 +591,21 @@ class GraphParser {
 };
 
 }  // namespace
+
+std::optional<std::string> params_file_named_by(absl::Span<const uint8_t> bytes) {
+  try {
+    const Json root = parse_strict(bytes, "");
+    const auto params = root.find("params");
+    if (!root.is_object() || params == root.end() || !params->is_object()) return std::nullopt;
+    const auto file = params->find("file");
+    if (file == params->end() || !file->is_string()) return std::nullopt;
+    std::string name = file->get<std::string>();
+    if (file_name_problem(name)) return std::nullopt;
+    return name;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
 
 GraphFile parse_graph_json(absl::Span<const uint8_t> bytes, std::string_view display_name) {
   if (bytes.size() > kMaxGraphFileBytes) {

@@ -1,5 +1,6 @@
 #include "serialization/model.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <list>
 #include <mutex>
@@ -8,10 +9,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 
 #include "core/error.h"
 #include "serialization/batch_dim.h"
 #include "serialization/file_io.h"
+#include "serialization/file_name.h"
 #include "trace/executor.h"
 #include "trace/passes/pipeline.h"
 
@@ -29,16 +33,106 @@ std::vector<std::string> sources_of(const trace::Graph& graph) {
   return sources;
 }
 
-// Writes the params (in the order of the graph's non-data inputs) to
-// `path`.params, then `file`, now pointing at them, to `path`.json.
+// Note [Exporting two files]
+// An export writes two files, and a process killed at any instant must
+// leave a model that loads: the old one or the new one, never neither. So a
+// params file is never replaced in place. It is named after its contents,
+// "<stem>.<its header checksum, 8 hex digits>.params" beside "<stem>.json",
+// and an export
+//   1. writes both files to temporary files in the folder (AtomicFile, Note
+//      [Atomic writes]: nothing of them has a name yet);
+//   2. renames the params file into place under its new name: the old graph
+//      file still names the old params file, which is untouched;
+//   3. renames the graph file over the old one: from this instant the new
+//      pair is the model;
+//   4. removes the params files the new one supersedes: the one the old
+//      graph file named, and any other "<stem>.<8 hex digits>.params" (left
+//      by an export killed between 2 and 3).
+// Each rename is durable before the next step (the folder is fsynced). The
+// same model gives the same name and the same bytes (LoadedModel::
+// export_model, the golden files); renaming a file over one with the same
+// bytes changes nothing for a reader. Step 4 removes only names an export to
+// this path owns: "<stem>.<8 hex digits>.params", unless a graph file
+// "<stem>.<8 hex digits>.json" says that it belongs to another model, and
+// "<stem>.params" (the name earlier versions gave), only when the old graph
+// file named it. A loader that read the old graph file just before step 3
+// and opens its params file after step 4 fails with "cannot open"; loading
+// again gives the new model. Two exports to one path at once are not
+// supported.
+
+std::string exported_params_name(const std::string& stem, uint32_t checksum) {
+  return checked_file_name(stem, str_cat(".", absl::Hex(checksum, absl::kZeroPad8), ".params"),
+                           "export name");
+}
+
+// Whether `name` is "<stem>.<8 hex digits>.params".
+bool is_exported_params_name(std::string_view name, std::string_view stem) {
+  constexpr std::string_view kExtension = ".params";
+  constexpr size_t kDigits = 8;
+  if (name.size() != stem.size() + 1 + kDigits + kExtension.size() ||
+      name.substr(0, stem.size()) != stem || name[stem.size()] != '.' ||
+      name.substr(name.size() - kExtension.size()) != kExtension) {
+    return false;
+  }
+  const std::string_view digits = name.substr(stem.size() + 1, kDigits);
+  return std::all_of(digits.begin(), digits.end(), [](char c) { return absl::ascii_isxdigit(c); });
+}
+
+// Step 4 of Note [Exporting two files].
+void remove_superseded_params(const fs::path& folder, const std::string& stem,
+                              const std::string& current, const std::optional<std::string>& old) {
+  std::error_code error;
+  const fs::path where = folder.empty() ? fs::path(".") : folder;
+  if (old && *old != current && *old == stem + ".params") fs::remove(where / *old, error);
+  for (const fs::directory_entry& entry : fs::directory_iterator(where, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name == current || !is_exported_params_name(name, stem)) continue;
+    const std::string other_model = name.substr(0, name.size() - 7) + ".json";
+    if (fs::exists(where / other_model, error)) continue;
+    fs::remove(entry.path(), error);
+  }
+}
+
+// Writes the params (in the order of the graph's non-data inputs) and
+// `file`, now naming them, as `path`.json and its params file (Note
+// [Exporting two files]).
 void write_model_files(const std::string& path, GraphFile& file,
                        absl::Span<const NamedTensor> params) {
-  const std::string params_path = path + ".params";
-  file.params = write_params(params_path, params);
-  file.params_file = fs::path(params_path).filename().string();
-  AtomicFile json(path + ".json");
-  json.write(write_graph_json(file));
-  json.commit();
+  const fs::path base(path);
+  const fs::path folder = base.parent_path();
+  const std::string stem = base.filename().string();
+  const ParamsImage image(params, path);
+  const std::string params_name = exported_params_name(stem, image.checksum());
+  const std::string json_path = path + ".json";
+  std::optional<std::string> old_params;
+  try {
+    old_params = params_file_named_by(read_file(json_path, kMaxGraphFileBytes));
+  } catch (const Error&) {
+    // No graph file there yet (or none that can be read): nothing to supersede.
+  }
+  file.params = image.entries();
+  file.params_file = params_name;
+  const std::string text = write_graph_json(file);
+
+  const std::string params_path = (folder / params_name).string();
+  // A new params file takes the permissions of the one it supersedes.
+  AtomicFile params_out(params_path,
+                        {.like = old_params ? (folder / *old_params).string() : json_path});
+  image.write_to(params_out);
+  AtomicFile json_out(json_path);
+  json_out.write(text);
+  params_out.commit();
+  try {
+    json_out.commit();
+  } catch (const Error&) {
+    // The old graph file is in place: the new params file is a stray.
+    if (old_params != params_name) {
+      std::error_code ignored;
+      fs::remove(params_path, ignored);
+    }
+    throw;
+  }
+  remove_superseded_params(folder, stem, params_name, old_params);
 }
 
 // The size of dimension 0 shared by every data input, which a dynamic batch
@@ -245,31 +339,51 @@ LoadedModel load(const std::string& path) {
   if (!fs::exists(json_path, ignored) && fs::exists(json_path + ".json", ignored)) {
     json_path += ".json";
   }
-  auto impl = std::make_shared<LoadedModel::Impl>();
-  impl->name = json_path;
-  impl->file = serialization::parse_graph_json(
+  serialization::GraphFile file = serialization::parse_graph_json(
       serialization::read_file(json_path, serialization::kMaxGraphFileBytes), json_path);
-  GraphFile& file = impl->file;
-
   // The params file must be a regular file beside the graph file (the graph
   // parser already refused names with a folder in them), not a link.
   const fs::path params_path = fs::path(json_path).parent_path() / file.params_file;
   serialization::ParamsFile params = serialization::read_params(params_path.string(), true);
+  return load(std::move(file), std::move(params), json_path);
+}
+
+LoadedModel load(serialization::GraphFile graph_file, serialization::ParamsFile params,
+                 std::string_view name) {
+  const std::string json_path(name);
+  const std::string params_path =
+      (std::filesystem::path(json_path).parent_path() / graph_file.params_file).string();
+  auto impl = std::make_shared<LoadedModel::Impl>();
+  impl->name = json_path;
   // The manifest and the file must agree entry for entry: two files from
   // different exports are caught here, before a wrong weight is used.
-  TANDEM_CHECK(params.entries.size() == file.params.size(), "graph file '", json_path, "' lists ",
-               file.params.size(), " params but '", params_path.string(), "' holds ",
+  TANDEM_CHECK(params.entries.size() == graph_file.params.size(), "graph file '", json_path,
+               "' lists ", graph_file.params.size(), " params but '", params_path, "' holds ",
                params.entries.size(), "; the two files are not from the same export");
-  for (size_t i = 0; i < file.params.size(); ++i) {
-    const serialization::ParamsEntry& want = file.params[i];
+  for (size_t i = 0; i < graph_file.params.size(); ++i) {
+    const serialization::ParamsEntry& want = graph_file.params[i];
     const serialization::ParamsEntry& have = params.entries[i];
-    TANDEM_CHECK(want == have, "graph file '", json_path, "' and params file '",
-                 params_path.string(), "' disagree on tensor ", i, " ('", want.name, "' ",
-                 dtype_name(want.dtype), want.shape.to_string(), " at offset ", want.offset,
-                 ", crc32 ", want.crc32, " vs '", have.name, "' ", dtype_name(have.dtype),
-                 have.shape.to_string(), " at offset ", have.offset, ", crc32 ", have.crc32,
+    TANDEM_CHECK(want == have, "graph file '", json_path, "' and params file '", params_path,
+                 "' disagree on tensor ", i, " ('", want.name, "' ", dtype_name(want.dtype),
+                 want.shape.to_string(), " at offset ", want.offset, ", crc32 ", want.crc32,
+                 " vs '", have.name, "' ", dtype_name(have.dtype), have.shape.to_string(),
+                 " at offset ", have.offset, ", crc32 ", have.crc32,
                  "); the two files are not from the same export");
   }
+  // read_params gives each entry its tensor; a ParamsFile made otherwise must too.
+  TANDEM_CHECK(params.tensors.size() == params.entries.size(), "params of '", json_path,
+               "': ", params.entries.size(), " entries but ", params.tensors.size(), " tensors");
+  for (size_t i = 0; i < params.tensors.size(); ++i) {
+    const Tensor& t = params.tensors[i].tensor;
+    const serialization::ParamsEntry& entry = params.entries[i];
+    TANDEM_CHECK(params.tensors[i].name == entry.name && t.defined() && t.device().is_cpu() &&
+                     t.dtype() == entry.dtype && t.shape() == entry.shape,
+                 "params of '", json_path, "': tensor ", i, " ('", params.tensors[i].name,
+                 "') is not the CPU tensor its entry describes ('", entry.name, "' ",
+                 dtype_name(entry.dtype), entry.shape.to_string(), ")");
+  }
+  impl->file = std::move(graph_file);
+  const GraphFile& file = impl->file;
   absl::flat_hash_map<std::string, Tensor> by_name;
   for (serialization::NamedTensor& t : params.tensors) by_name[t.name] = std::move(t.tensor);
 

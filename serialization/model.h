@@ -3,14 +3,17 @@
 //
 //   net->hybridize();
 //   net->forward(x);                         // traces
-//   net->export_model("cnn");                // writes cnn.json and cnn.params
+//   net->export_model("cnn");                // cnn.json and cnn.<checksum>.params
 //
 //   // Elsewhere, linking only core, kernels, trace and serialization:
 //   tandem::LoadedModel model = tandem::load("cnn.json");
 //   std::vector<Tensor> y = model.run({images});   // any batch size
 //
 // The graph file holds the optimized inference graph (serialization/
-// FORMAT.md); the params file, every parameter, buffer and folded constant.
+// FORMAT.md) and names its params file, which holds every parameter, buffer
+// and folded constant: "cnn.1a2b3c4d.params", named after its contents so
+// that an export killed at any instant leaves the old model or the new one
+// (Note [Exporting two files] in serialization/model.cc).
 // Loading checks both files completely before anything runs (a bad file is a
 // tandem::Error naming the file, the place and the problem), turns the
 // parameters into constants of the graph, runs the inference passes (batch
@@ -23,12 +26,14 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/types/span.h"
 
 #include "core/tensor.h"
 #include "serialization/graph_file.h"
+#include "serialization/params.h"
 #include "trace/graph.h"
 
 namespace tandem {
@@ -54,10 +59,16 @@ struct StateInput {
   InputRole role = InputRole::kParameter;
 };
 
-// Writes `path`.json and `path`.params for `graph`, whose kState inputs are
-// `state` (in order), and whose kConstant inputs are written as constant
-// params. The graph must have no state writes of its own (an inference graph).
-// The params file is written first, then the graph file, each atomically.
+// Writes `path`.json and, beside it, `path`.<8 hex digits>.params for
+// `graph`, whose kState inputs are `state` (in order), and whose kConstant
+// inputs are written as constant params. The graph must have no state writes
+// of its own (an inference graph). The pair is replaced atomically: a process
+// killed at any instant leaves the old model or the new one, and the params
+// file of the old one is removed once the new graph file is in place (Note
+// [Exporting two files] in serialization/model.cc). The final component of
+// `path` with its extensions must be a valid file name (file_name.h); a graph
+// file that is a symbolic link is written through and stays a link, and
+// permission bits are kept (Note [Atomic writes] in file_io.h).
 void export_graph(const std::string& path, const trace::Graph& graph,
                   absl::Span<const StateInput> state, const ExportOptions& options = {});
 
@@ -89,19 +100,32 @@ class LoadedModel {
   const std::vector<TensorSpec>& outputs() const;
   // The graph and manifest as the file states them.
   const serialization::GraphFile& file() const;
-  // Writes the model again (`path`.json and `path`.params): the same bytes
-  // the files it was loaded from hold, when Tandem wrote them.
+  // Writes the model again, as export_graph does: the same bytes the files
+  // it was loaded from hold when Tandem wrote them, the params file's name
+  // apart (older versions named it `path`.params).
   void export_model(const std::string& path) const;
 
   struct Impl;
 
  private:
   std::shared_ptr<Impl> impl_;
-  friend LoadedModel load(const std::string& path);
+  friend LoadedModel load(serialization::GraphFile graph_file, serialization::ParamsFile params,
+                          std::string_view name);
 };
 
 // Loads `path` (a graph file; ".json" is appended if `path` has no such
-// file) and the params file it names, which must lie in the same folder.
+// file) and the params file it names, which must lie in the same folder and
+// be a regular file, not a symbolic link.
 LoadedModel load(const std::string& path);
+
+// The same from the two files already read and checked on their own
+// (parse_graph_json, and read_params or parse_params): checks that the
+// params file is the one the graph file's manifest describes, and that each
+// tensor is the CPU tensor of its entry, then builds the model. `name`
+// stands for the graph file's path in messages, and its folder for the
+// params file's. For programs that hold a model's files in memory (and the
+// loaders' fuzz targets).
+LoadedModel load(serialization::GraphFile graph_file, serialization::ParamsFile params,
+                 std::string_view name);
 
 }  // namespace tandem

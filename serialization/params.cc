@@ -386,47 +386,13 @@ ParamsFile read_from(const ByteSource& source, std::string_view file) {
   return out;
 }
 
-// ---- Writing ----
-
-void write_to(AtomicFile& out, const std::vector<ParamsEntry>& entries,
-              const std::vector<Tensor>& values) {
-  std::string head(kMagic);
-  append_le(head, kMajorVersion);
-  append_le(head, kMinorVersion);
-  append_le(head, kByteOrderMark);
-  append_le<uint64_t>(head, entries.size());
-  std::string index;
-  for (const ParamsEntry& entry : entries) {
-    append_le(index, static_cast<uint32_t>(entry.name.size()));
-    index += entry.name;
-    append_le(index, static_cast<uint8_t>(entry.dtype));
-    append_le(index, static_cast<uint8_t>(entry.shape.rank()));
-    for (int64_t d : entry.shape) append_le(index, static_cast<uint64_t>(d));
-    append_le(index, entry.offset);
-    append_le(index, entry.length);
-    append_le(index, entry.crc32);
-  }
-  append_le<uint64_t>(head, index.size());
-  append_le(head, crc32_of(index.data(), index.size(), crc32_of(head.data(), head.size())));
-  out.write(head);
-  out.write(index);
-  static constexpr char kZeros[kAlignment] = {};
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const uint64_t padding = entries[i].offset - out.bytes_written();
-    TANDEM_INTERNAL_ASSERT(padding < kAlignment, "params layout: tensor ", i, " at ",
-                           entries[i].offset, " after byte ", out.bytes_written());
-    out.write(std::string_view(kZeros, padding));
-    out.write(
-        absl::MakeConstSpan(static_cast<const uint8_t*>(values[i].raw_data()), entries[i].length));
-  }
-}
-
 }  // namespace
 
-std::vector<ParamsEntry> write_params(const std::string& path,
-                                      absl::Span<const NamedTensor> tensors) {
-  const std::string cannot = str_cat("cannot write params file '", path, "': ");
-  // Every tensor is checked before the file is created.
+// ---- Writing ----
+
+ParamsImage::ParamsImage(absl::Span<const NamedTensor> tensors, std::string_view display_name) {
+  const std::string cannot = str_cat("cannot write params file '", display_name, "': ");
+  // Every tensor is checked before anything is written.
   absl::flat_hash_set<std::string_view> seen;
   uint64_t index_length = 0;
   for (const NamedTensor& named : tensors) {
@@ -443,8 +409,7 @@ std::vector<ParamsEntry> write_params(const std::string& path,
                  ", more than the format's limit of ", kMaxRank);
     index_length += entry_size(named.name.size(), t.rank());
   }
-  std::vector<ParamsEntry> entries;
-  std::vector<Tensor> values;  // Snapshots: a later assign_ cannot swap the bytes mid-write.
+  // Snapshots: a later assign_ cannot swap the bytes mid-write.
   uint64_t end = kHeaderSize + index_length;
   for (const NamedTensor& named : tensors) {
     Tensor value = named.tensor.snapshot();
@@ -452,13 +417,52 @@ std::vector<ParamsEntry> write_params(const std::string& path,
     ParamsEntry entry{named.name, value.dtype(), value.shape(), align_up(end), value.nbytes(), 0};
     entry.crc32 = crc32_of(value.raw_data(), entry.length);
     end = entry.offset + entry.length;
-    entries.push_back(std::move(entry));
-    values.push_back(std::move(value));
+    entries_.push_back(std::move(entry));
+    values_.push_back(std::move(value));
   }
+
+  head_ = std::string(kMagic);
+  append_le(head_, kMajorVersion);
+  append_le(head_, kMinorVersion);
+  append_le(head_, kByteOrderMark);
+  append_le<uint64_t>(head_, entries_.size());
+  for (const ParamsEntry& entry : entries_) {
+    append_le(index_, static_cast<uint32_t>(entry.name.size()));
+    index_ += entry.name;
+    append_le(index_, static_cast<uint8_t>(entry.dtype));
+    append_le(index_, static_cast<uint8_t>(entry.shape.rank()));
+    for (int64_t d : entry.shape) append_le(index_, static_cast<uint64_t>(d));
+    append_le(index_, entry.offset);
+    append_le(index_, entry.length);
+    append_le(index_, entry.crc32);
+  }
+  append_le<uint64_t>(head_, index_.size());
+  checksum_ = crc32_of(index_.data(), index_.size(), crc32_of(head_.data(), head_.size()));
+  append_le(head_, checksum_);
+}
+
+void ParamsImage::write_to(AtomicFile& out) const {
+  TANDEM_INTERNAL_ASSERT(out.bytes_written() == 0, "a params image written after other bytes");
+  out.write(head_);
+  out.write(index_);
+  static constexpr char kZeros[kAlignment] = {};
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const uint64_t padding = entries_[i].offset - out.bytes_written();
+    TANDEM_INTERNAL_ASSERT(padding < kAlignment, "params layout: tensor ", i, " at ",
+                           entries_[i].offset, " after byte ", out.bytes_written());
+    out.write(std::string_view(kZeros, padding));
+    out.write(absl::MakeConstSpan(static_cast<const uint8_t*>(values_[i].raw_data()),
+                                  entries_[i].length));
+  }
+}
+
+std::vector<ParamsEntry> write_params(const std::string& path,
+                                      absl::Span<const NamedTensor> tensors) {
+  const ParamsImage image(tensors, path);
   AtomicFile out(path);
-  write_to(out, entries, values);
+  image.write_to(out);
   out.commit();
-  return entries;
+  return image.entries();
 }
 
 ParamsFile read_params(const std::string& path, bool no_follow) {

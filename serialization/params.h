@@ -55,9 +55,37 @@ struct ParamsFile {
   std::vector<NamedTensor> tensors;  // CPU, contiguous; same order.
 };
 
-// Writes `tensors` (CPU; waits for their values) to `path` in file order.
-// Names must be unique, non-empty UTF-8 without control characters. Returns
-// the index as written. Throws tandem::Error naming the path or the tensor.
+class AtomicFile;
+
+// A params file's bytes, laid out but not yet written: the tensors checked,
+// snapshotted (a later in-place update cannot change what is written) and
+// indexed. What write_params writes, in two steps, for a caller that names
+// the file after its contents (export_graph: Note [Exporting two files]).
+class ParamsImage {
+ public:
+  // Checks `tensors` (CPU; unique, non-empty UTF-8 names without control
+  // characters; rank <= 32) and waits for their values. Throws
+  // tandem::Error naming `display_name` and the tensor.
+  ParamsImage(absl::Span<const NamedTensor> tensors, std::string_view display_name);
+
+  // The index, in file order, as it will be written.
+  const std::vector<ParamsEntry>& entries() const { return entries_; }
+  // The header checksum (FORMAT.md): the CRC-32 of the header and the index,
+  // which holds every tensor's CRC-32, so it changes with any byte.
+  uint32_t checksum() const { return checksum_; }
+  // Writes the whole file to `out`, which must be empty; the caller commits.
+  void write_to(AtomicFile& out) const;
+
+ private:
+  std::vector<ParamsEntry> entries_;
+  std::vector<Tensor> values_;  // Snapshots, one per entry.
+  std::string head_;            // The 36-byte header.
+  std::string index_;
+  uint32_t checksum_ = 0;
+};
+
+// Writes `tensors` to `path` (as ParamsImage, then atomically:
+// serialization/file_io.h) and returns the index as written.
 std::vector<ParamsEntry> write_params(const std::string& path,
                                       absl::Span<const NamedTensor> tensors);
 

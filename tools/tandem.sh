@@ -52,8 +52,8 @@ usage: tools/tandem.sh <command> [args]
                   asan+ctest, fuzz (each loader target for TANDEM_FUZZ_SECONDS),
                   tsan+ctest (engine and concurrency labels); prints a timed summary
   fuzz [target] [seconds]
-                  build the fuzz preset and fuzz one loader (graph_json, params, npy;
-                  default all) for SECONDS each (default TANDEM_FUZZ_SECONDS or 60); the
+                  build the fuzz preset and fuzz one loader (graph_json, params, npy, model;
+                  default all) for SECONDS each (default TANDEM_FUZZ_SECONDS or 45); the
                   corpus grows in build/fuzz/corpus/<target>, findings land in
                   build/fuzz/findings/<target> (tests/fuzz/README.md)
   difftest [N] [first seed]
@@ -66,7 +66,7 @@ usage: tools/tandem.sh <command> [args]
   help            this text
 
 environment: TANDEM_JOBS (build parallelism, default 2), TANDEM_CUDA (AUTO|ON|OFF, default AUTO),
-             TANDEM_FUZZ_SECONDS (time per fuzz target in `test` and `fuzz`, default 60)
+             TANDEM_FUZZ_SECONDS (time per fuzz target in `test` and `fuzz`, default 45)
 EOF
 }
 
@@ -205,16 +205,31 @@ cmd_bench() {
 # ---------------------------------------------------------------------------------------------
 # fuzz: the loaders' libFuzzer targets (tests/fuzz/README.md)
 # ---------------------------------------------------------------------------------------------
-FUZZ_TARGETS=(graph_json params npy)
+FUZZ_TARGETS=(graph_json params npy model)
 
 # fuzz_seed_ext TARGET: the extension of the golden files (tests/data/golden) that seed it.
 fuzz_seed_ext() {
   case "$1" in
-    graph_json) echo json ;;
+    graph_json | model) echo json ;;
     params) echo params ;;
     npy) echo npy ;;
   esac
 }
+
+# fuzz_model_seed JSON OUT: a seed for the model target (tests/fuzz/model_fuzz.cc) from a graph
+# file and the params file beside it: the graph file's length as 4 bytes little-endian, the graph
+# file, the params file.
+fuzz_model_seed() {
+  local json="$1" out="$2" n escaped
+  n=$(stat -c %s "$json")
+  printf -v escaped '\\x%02x\\x%02x\\x%02x\\x%02x' $((n & 255)) $((n >> 8 & 255)) \
+    $((n >> 16 & 255)) $((n >> 24 & 255))
+  printf "$escaped" >"$out"
+  cat "$json" "${json%.json}.params" >>"$out"
+}
+
+# The default time per target: CI fuzzes every target for this long.
+FUZZ_SECONDS_DEFAULT=45
 
 # fuzz_run TARGET SECONDS WORKDIR: fuzzes TARGET for SECONDS, starting from the corpus in WORKDIR
 # (where new inputs are written), tests/fuzz/corpus/TARGET and the matching golden files (read
@@ -227,15 +242,23 @@ fuzz_run() {
   findings="$ROOT/$(preset_dir fuzz)/findings/$target"
   golden="$(mktemp -d "${TMPDIR:-/tmp}/tandem-fuzz-golden.XXXXXX")"
   ext="$(fuzz_seed_ext "$target")"
-  # libFuzzer takes folders, and the golden folder mixes kinds: copy the ones for this target.
+  # libFuzzer takes folders, and the golden folder mixes kinds: copy the ones for this target
+  # (for the model target, each graph file joined with its params file).
   for f in tests/data/golden/*."$ext"; do
-    if [[ -f "$f" ]]; then cp "$f" "$golden/"; fi
+    [[ -f "$f" ]] || continue
+    if [[ "$target" == model ]]; then
+      fuzz_model_seed "$f" "$golden/$(basename "$f" .json).model"
+    else
+      cp "$f" "$golden/"
+    fi
   done
   mkdir -p "$work" "$findings"
   # -print_funcs=0: no line per newly covered function (hundreds, in a CI log).
   local args=(-max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
               -max_len=65536 -print_final_stats=1 -print_funcs=0 -artifact_prefix="$findings/")
-  [[ -f "tests/fuzz/$target.dict" ]] && args+=(-dict="tests/fuzz/$target.dict")
+  # The model target's inputs are mostly graph JSON: it takes that target's dictionary.
+  local dict="tests/fuzz/${target/#model/graph_json}.dict"
+  [[ -f "$dict" ]] && args+=(-dict="$dict")
   log "fuzzing $target for ${seconds}s (seeds: tests/fuzz/corpus/$target," \
       "$(find "$golden" -type f | wc -l) golden files)"
   # clang's sanitizer runtimes symbolize stacks with an outside program: llvm-symbolizer where
@@ -266,7 +289,7 @@ fuzz_run() {
 }
 
 cmd_fuzz() {
-  local only="${1:-}" seconds="${2:-${TANDEM_FUZZ_SECONDS:-60}}" t failed=0
+  local only="${1:-}" seconds="${2:-${TANDEM_FUZZ_SECONDS:-$FUZZ_SECONDS_DEFAULT}}" t failed=0
   local targets=("${FUZZ_TARGETS[@]}")
   if [[ -n "$only" && "$only" != all ]]; then
     if [[ ! " ${FUZZ_TARGETS[*]} " == *" $only "* ]]; then
@@ -322,7 +345,7 @@ step_asan() {
   ctest --test-dir build/asan --output-on-failure -j "$JOBS"
 }
 
-# Each loader's fuzz target for TANDEM_FUZZ_SECONDS (60 s) from the committed seeds and the golden
+# Each loader's fuzz target for TANDEM_FUZZ_SECONDS (45 s) from the committed seeds and the golden
 # files, in a scratch corpus; every target runs even when one fails.
 step_fuzz() {
   local t failed=0 work
@@ -330,7 +353,7 @@ step_fuzz() {
   rm -rf "$(preset_dir fuzz)/findings"
   for t in "${FUZZ_TARGETS[@]}"; do
     work="$(mktemp -d "${TMPDIR:-/tmp}/tandem-fuzz-$t.XXXXXX")"
-    fuzz_run "$t" "${TANDEM_FUZZ_SECONDS:-60}" "$work" || failed=1
+    fuzz_run "$t" "${TANDEM_FUZZ_SECONDS:-$FUZZ_SECONDS_DEFAULT}" "$work" || failed=1
     rm -rf "$work"
   done
   return "$failed"

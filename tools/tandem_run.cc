@@ -3,7 +3,9 @@
 //   tandem-run cnn.json --input x=images.npy --output out/ --repeat 100
 //
 // Prints the model's signature and a summary of each output (dtype, shape,
-// range, mean, first values); --output writes each output as DIR/<name>.npy;
+// range, mean, first values); --output writes each output as DIR/<name>.npy
+// (an output whose name is not a plain file name is refused before anything
+// runs: serialization/file_name.h);
 // --repeat N times N more calls and prints the latency distribution. A bad
 // model or input file is a one-line error and exit status 1; bad arguments,
 // usage and status 2.
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "serialization/file_name.h"
 #include "serialization/model.h"
 #include "serialization/npy.h"
 
@@ -133,6 +136,14 @@ void print_summary(const std::string& name, const Tensor& t) {
 
 int run(const Arguments& args) {
   tandem::LoadedModel model = tandem::load(args.model);
+  // The names come from the model file: each must stay inside DIR.
+  std::vector<std::string> output_files;
+  if (!args.output_dir.empty()) {
+    for (const auto& spec : model.outputs()) {
+      output_files.push_back(tandem::serialization::checked_file_name(
+          spec.name, ".npy", "model '" + args.model + "': output name"));
+    }
+  }
   std::printf("model %s\n", args.model.c_str());
   for (const auto& spec : model.inputs()) std::printf("  input  %s\n", spec_text(spec).c_str());
   for (const auto& spec : model.outputs()) std::printf("  output %s\n", spec_text(spec).c_str());
@@ -156,7 +167,7 @@ int run(const Arguments& args) {
   if (!args.output_dir.empty()) {
     std::filesystem::create_directories(args.output_dir);
     for (size_t o = 0; o < outputs.size(); ++o) {
-      auto path = std::filesystem::path(args.output_dir) / (model.outputs()[o].name + ".npy");
+      auto path = std::filesystem::path(args.output_dir) / output_files[o];
       tandem::serialization::write_npy(path.string(), outputs[o]);
       std::printf("  wrote %s\n", path.string().c_str());
     }

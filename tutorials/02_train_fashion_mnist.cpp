@@ -20,8 +20,9 @@
 //   3. Train: each batch to the device, forward, loss, backward, optimizer
 //      step; print progress.
 //   4. Evaluate on the test set.
-//   5. Export, from the CPU, the trained model (PATH.json + PATH.params, default
-//      fashion_mnist_<model>) and a few test images as .npy files, for
+//   5. Export, from the CPU, the trained model (PATH.json and the params file
+//      it names, PATH.<checksum>.params; PATH is fashion_mnist_<model> by
+//      default) and a few test images as .npy files, for
 //      tutorials/04_deploy.cpp and tools/tandem-run, which need none of this
 //      code to run it.
 #include <unistd.h>
@@ -256,8 +257,10 @@ int main(int argc, char** argv) try {
   model->export_model(flags.export_path);
   serialization::write_npy(flags.export_path + "_images.npy", samples[0]);
   serialization::write_npy(flags.export_path + "_labels.npy", samples[1]);
-  std::printf("exported %s.json, %s.params and 100 test images (%s_images.npy, _labels.npy)\n",
-              flags.export_path.c_str(), flags.export_path.c_str(), flags.export_path.c_str());
+  std::printf(
+      "exported %s.json (with the params file it names) and 100 test images "
+      "(%s_images.npy, _labels.npy)\n",
+      flags.export_path.c_str(), flags.export_path.c_str());
   engine::current().wait_all();  // Finish the last updates before the process exits.
   return 0;
 } catch (const tandem::Error& e) {

@@ -7,7 +7,8 @@
 // This program links only core, kernels, trace and serialization (see
 // tutorials/CMakeLists.txt): no nn modules, no autograd, no optimizer, no
 // model definition. Everything it runs comes from two files: the graph
-// (fashion_mnist_cnn.json, readable) and the weights (.params).
+// (fashion_mnist_cnn.json, readable) and the weights
+// (fashion_mnist_cnn.<checksum>.params, the file the graph names).
 //
 // Steps:
 //   1. Load the model and print its signature.

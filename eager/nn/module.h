@@ -217,7 +217,7 @@ class Module {
   const HybridFunction* hybrid_forward() const { return hybrid_.function.get(); }
 
   // Writes the model's inference graph and weights as `path`.json and
-  // `path`.params, for tandem::load (serialization/model.h) in a program
+  // `path`.<checksum>.params, for tandem::load (serialization/model.h) in a program
   // without this code. Needs hybridize() and one call since, whose input
   // shape the export traces at (dimension 0 stays free unless options say
   // otherwise). The model must be on the CPU (to(Device::cpu()) first; a

@@ -11,8 +11,12 @@
 // A file that loads is also written back and loaded again: the writer must
 // accept whatever the reader accepts, and load -> write -> load -> write must
 // give the same text twice (the "no jitter" rule of STYLE.md principle 18).
+// Then, within the work budget of run_model.h, it is loaded as a model with
+// made-up params of the shapes its manifest states (load's passes run ops on
+// them) and run once on made-up inputs.
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/types/span.h"
 
@@ -20,6 +24,7 @@
 #include "kernels/registry.h"
 #include "serialization/graph_file.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/fuzz/run_model.h"
 
 namespace {
 
@@ -57,6 +62,21 @@ void check_round_trip(const GraphFile& file) {
   }
 }
 
+// The params file the manifest describes, with made-up values.
+void run_with_made_up_params(GraphFile file) {
+  tandem::serialization::ParamsFile params;
+  params.entries = file.params;
+  for (const tandem::serialization::ParamsEntry& entry : file.params) {
+    params.tensors.push_back({entry.name, tandem::fuzz::made_up_tensor(entry.shape, entry.dtype)});
+  }
+  try {
+    const tandem::LoadedModel model = tandem::load(std::move(file), std::move(params), "fuzz.json");
+    tandem::fuzz::run_once(model, "graph file");
+  } catch (const tandem::Error& e) {
+    expect_user_error(e);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
@@ -75,5 +95,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   check_round_trip(file);
+  if (tandem::fuzz::within_run_budget(file.graph)) run_with_made_up_params(std::move(file));
   return 0;
 }

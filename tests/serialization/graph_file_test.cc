@@ -49,12 +49,13 @@ void export_small_model(uint64_t seed, const std::string& path) {
   f.export_model(path, {{"w", w}, {"b", b}});
 }
 
-// The small model as m.json and m.params in a scratch folder; each test
-// edits a copy of the JSON.
+// The small model as m.json and its params file in a scratch folder; each
+// test edits a copy of the JSON.
 class BadGraphFile : public ::testing::Test {
  protected:
   void SetUp() override {
     export_small_model(3, dir_.file("m"));
+    params_ = testing::params_path_of(dir_.file("m.json"));
     text_ = read_text(dir_.file("m.json"));
     json_ = Json::parse(text_);
   }
@@ -81,6 +82,7 @@ class BadGraphFile : public ::testing::Test {
   }
 
   ScratchDir dir_;
+  std::string params_;  // The params file m.json names.
   std::string text_;
   Json json_;
 };
@@ -269,39 +271,74 @@ TEST_F(BadGraphFile, ManifestMustMatchTheGraph) {
 }
 
 TEST_F(BadGraphFile, ParamsPathMustStayInTheModelFolder) {
-  for (const char* path : {"../m.params", "/etc/passwd", "sub/m.params", "..", "C:x", ""}) {
+  for (const std::string& path :
+       std::vector<std::string>{"../m.params", "/etc/passwd", "sub/m.params", "..", ".", "C:x", "",
+                                "a\\b", std::string("m\0x", 3), std::string(256, 'p')}) {
     expect_bad([&](Json& j) { j["params"]["file"] = path; },
                {"/params/file", "must be a plain file name in the graph file's folder"});
   }
+  expect_bad([&](Json& j) { j["params"]["file"] = std::string(256, 'p'); },
+             {"256 bytes long, more than the 255 a file name may have"});
   write_text(dir_.file("m.json"), text_);
   std::filesystem::create_directories(dir_.file("elsewhere"));
-  std::filesystem::rename(dir_.file("m.params"), dir_.file("elsewhere/m.params"));
-  std::filesystem::create_symlink(dir_.file("elsewhere/m.params"), dir_.file("m.params"));
-  expect_error([&] { load(dir_.file("m.json")); }, {"m.params", "symbolic link"});
+  std::filesystem::rename(params_, dir_.file("elsewhere/m.params"));
+  std::filesystem::create_symlink(dir_.file("elsewhere/m.params"), params_);
+  expect_error([&] { load(dir_.file("m.json")); }, {params_, "symbolic link"});
 }
 
 TEST_F(BadGraphFile, ParamsFileMustMatchItsManifest) {
   // The params of another export, with other weights: caught before use.
   export_small_model(4, dir_.file("other"));
-  std::filesystem::copy_file(dir_.file("other.params"), dir_.file("m.params"),
-                             std::filesystem::copy_options::overwrite_existing);
+  const std::string other = testing::params_path_of(dir_.file("other.json"));
+  std::filesystem::copy_file(other, params_, std::filesystem::copy_options::overwrite_existing);
   expect_error([&] { load(dir_.file("m.json")); }, {"not from the same export"});
   // Same names, another shape: the manifest names both.
-  serialization::write_params(dir_.file("m.params"), {{"w", randn({6, 4})}, {"b", randn({6})}});
+  serialization::write_params(params_, {{"w", randn({6, 4})}, {"b", randn({6})}});
   expect_error([&] { load(dir_.file("m.json")); },
                {"disagree on tensor 0", "'w' float32[4, 6]", "'w' float32[6, 4]"});
   // Truncated: the params file's own checks name it.
-  const std::string whole = read_text(dir_.file("other.params"));
-  write_text(dir_.file("m.params"), whole.substr(0, whole.size() - 10));
-  expect_error([&] { load(dir_.file("m.json")); }, {"m.params", "truncated"});
-  std::filesystem::remove(dir_.file("m.params"));
-  expect_error([&] { load(dir_.file("m.json")); }, {"cannot open", "m.params"});
+  const std::string whole = read_text(other);
+  write_text(params_, whole.substr(0, whole.size() - 10));
+  expect_error([&] { load(dir_.file("m.json")); }, {params_, "truncated"});
+  std::filesystem::remove(params_);
+  expect_error([&] { load(dir_.file("m.json")); }, {"cannot open", params_});
 }
 
 TEST_F(BadGraphFile, AFailedLoadLeavesOtherModelsWorking) {
   LoadedModel good = load(dir_.file("m.json"));
   expect_bad([](Json& j) { j["format"] = "x"; }, {"not a Tandem graph file"});
   EXPECT_EQ(good.run({randn({1, 4})})[0].shape(), Shape({1, 3, 2}));
+}
+
+// A fused_elementwise program as long as a hostile file may make it (its
+// parse is linear: kernels/fused_program.cc) still loads and computes what
+// it says: r0 = -x, then r_k = r_{k-1} + x, so the last of n registers is
+// (n - 2) * x.
+TEST(LongFusedProgram, LoadsAndRuns) {
+  constexpr int kInstructions = 40000;
+  std::string program = "r0=neg(i0)";
+  for (int k = 1; k < kInstructions; ++k) program += str_cat(";r", k, "=add(r", k - 1, ",i0)");
+  ScratchDir dir;
+  serialization::write_params(dir.file("long.params"), {});
+  Json graph = {
+      {"format", "tandem.graph"},
+      {"format_version", "1.0"},
+      {"producer", "test"},
+      {"ops", {"fused_elementwise"}},
+      {"inputs", {{{"name", "x"}, {"role", "data"}, {"dtype", "float32"}, {"shape", {3}}}}},
+      {"nodes",
+       {{{"name", "f"},
+         {"op", "fused_elementwise"},
+         {"attrs", {{"program", {{"type", "string"}, {"value", program}}}}},
+         {"inputs", {"x"}},
+         {"outputs", {{{"name", "y"}, {"dtype", "float32"}, {"shape", {3}}}}}}}},
+      {"outputs", {{{"name", "out"}, {"value", "y"}, {"dtype", "float32"}, {"shape", {3}}}}},
+      {"params", {{"file", "long.params"}, {"tensors", Json::array()}}}};
+  write_text(dir.file("long.json"), graph.dump());
+  LoadedModel model = load(dir.file("long.json"));
+  Tensor x = Tensor::from_vector<float>({1, -2, 0.5}, Shape{3});
+  const float n = kInstructions - 2;
+  EXPECT_EQ(model.run({x})[0].to_vector<float>(), (std::vector<float>{n, -2 * n, 0.5f * n}));
 }
 
 }  // namespace

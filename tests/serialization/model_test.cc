@@ -3,6 +3,9 @@
 // in tools/tandem-run), at the traced batch size and others.
 #include "serialization/model.h"
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -13,14 +16,19 @@
 #include <tuple>
 #include <utility>
 
+#include "nlohmann/json.hpp"
+
 #include "bench/tutorial_models.h"
 #include "serialization/npy.h"
 #include "tests/serialization/test_util.h"
+#include "tests/serialization/writer_child/models.h"
 
 namespace tandem {
 namespace {
 
 using testing::expect_error;
+using testing::params_path_of;
+using testing::replace_first;
 using testing::ScratchDir;
 
 std::string read_bytes(const std::string& path) {
@@ -103,14 +111,14 @@ TEST_P(TutorialModel, ExportLoadExportGivesTheSameBytes) {
   ScratchDir dir;
   model->export_model(dir.file("a"));
   load(dir.file("a.json")).export_model(dir.file("b"));
+  const std::string a_params = params_path_of(dir.file("a.json"));
+  const std::string b_params = params_path_of(dir.file("b.json"));
+  // The only difference allowed: the params file's name, "<stem>.<checksum>.params".
+  const std::string a_name = std::filesystem::path(a_params).filename().string();
+  EXPECT_EQ(std::filesystem::path(b_params).filename().string(), "b" + a_name.substr(1));
   EXPECT_EQ(read_bytes(dir.file("a.json")),
-            // The only difference allowed: the params file's name.
-            [&] {
-              std::string b = read_bytes(dir.file("b.json"));
-              size_t at = b.find("\"b.params\"");
-              return at == std::string::npos ? b : b.replace(at, 10, "\"a.params\"");
-            }());
-  EXPECT_EQ(read_bytes(dir.file("a.params")), read_bytes(dir.file("b.params")));
+            replace_first(read_bytes(dir.file("b.json")), "\"b" + a_name.substr(1), "\"" + a_name));
+  EXPECT_EQ(read_bytes(a_params), read_bytes(b_params));
 }
 
 // The exported model runs in another process that links no model code.
@@ -161,6 +169,37 @@ TEST(TandemRun, ReportsBadFilesAndArguments) {
   std::tie(status, log) = run(dir.file("mlp.json") + " --input other=" + dir.file("x.npy"));
   EXPECT_EQ(status, 2);
   EXPECT_THAT(log, ::testing::HasSubstr("missing --input input0=FILE.npy"));
+}
+
+// Verifies that an output name from the model file never becomes a path:
+// tandem-run refuses "../x", "/abs/x" and the like (serialization/
+// file_name.h) before it runs or writes anything.
+TEST(TandemRun, OutputNamesStayInTheOutputFolder) {
+  ScratchDir dir;
+  auto model = bench::make_tutorial_mlp();
+  hybridized_call(*model, randn({2, 1, 28, 28}));
+  model->export_model(dir.file("mlp"));
+  serialization::write_npy(dir.file("x.npy"), randn({2, 1, 28, 28}));
+  const nlohmann::json exported = nlohmann::json::parse(read_bytes(dir.file("mlp.json")));
+  std::filesystem::create_directories(dir.file("out/deep"));
+  for (const std::string& name : std::vector<std::string>{"../../escaped", dir.file("absolute"),
+                                                          "..", "a\\b", std::string(252, 'n')}) {
+    nlohmann::json edited = exported;
+    edited["outputs"][0]["name"] = name;
+    std::ofstream(dir.file("bad.json")) << edited.dump();
+    const std::string command = std::string(TANDEM_RUN_PATH) + " " + dir.file("bad.json") +
+                                " --input " + dir.file("x.npy") + " --output " +
+                                dir.file("out/deep") + " > " + dir.file("log.txt") + " 2>&1";
+    const int status = std::system(command.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << name << ": " << status;
+    const std::string log = read_bytes(dir.file("log.txt"));
+    EXPECT_THAT(log, ::testing::HasSubstr("output name")) << log;
+    EXPECT_THAT(log, ::testing::HasSubstr("cannot be a file name")) << log;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.file("out/deep"))) << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("escaped")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("absolute.npy")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out/escaped.npy")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Serialization, TutorialModel, ::testing::Values("mlp", "cnn"));
@@ -283,6 +322,121 @@ TEST(ExportLoad, ATrainingStepCannotBeExported) {
   ScratchDir dir;
   expect_error([&] { step.export_model(dir.file("step")); },
                {"updates state or computes gradients", "export an inference function"});
+}
+
+// Verifies Note [Exporting two files]: exporting again over a model keeps
+// the graph file's permission bits (and gives them to the new params file),
+// writes through a graph file that is a symbolic link, and removes the
+// superseded params file and only that.
+TEST(ExportLoad, ExportAgainKeepsPermissionsAndLinks) {
+  ScratchDir dir;
+  std::shared_ptr<nn::Module> models[2] = {testing::writer_model(0), testing::writer_model(1)};
+  for (auto& model : models) testing::prepare_export(*model);
+  const std::string path = dir.file("m");
+  models[0]->export_model(path);
+  const std::string first_params = params_path_of(path + ".json");
+  ASSERT_EQ(::chmod((path + ".json").c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(first_params.c_str(), 0640), 0);
+  models[1]->export_model(path);
+  const std::string second_params = params_path_of(path + ".json");
+  EXPECT_NE(second_params, first_params);
+  EXPECT_FALSE(std::filesystem::exists(first_params));
+  struct stat info;
+  ASSERT_EQ(::stat((path + ".json").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(second_params.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0640u);
+
+  // The graph file a link: the link stays and load finds the params beside it.
+  std::filesystem::create_directory(dir.file("real"));
+  std::filesystem::rename(path + ".json", dir.file("real/m.json"));
+  std::filesystem::create_symlink("real/m.json", path + ".json");
+  models[0]->export_model(path);
+  EXPECT_TRUE(std::filesystem::is_symlink(path + ".json"));
+  const Tensor x = testing::writer_model_input();
+  std::vector<float> want;
+  {
+    NoGradGuard no_grad;
+    want = models[0]->forward(x).to_vector<float>();
+  }
+  const std::vector<float> got = load(path + ".json").run({x})[0].to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  EXPECT_FALSE(std::filesystem::exists(second_params));
+}
+
+// Verifies that an export removes only the params files its path owns: not
+// a checkpoint that happens to be called `path`.params unless the old graph
+// file named it, nor another model's (here "m.0badf00d", exported by an
+// earlier version, whose params file "m.0badf00d.params" looks like one of
+// m's).
+TEST(ExportLoad, ExportRemovesOnlyItsOwnParamsFiles) {
+  ScratchDir dir;
+  std::shared_ptr<nn::Module> models[2] = {testing::writer_model(0), testing::writer_model(1)};
+  for (auto& model : models) testing::prepare_export(*model);
+  // `path`.json names `old_name` instead of the params file it was exported with.
+  auto rename_params = [](const std::string& path, const std::string& old_name) {
+    const std::string current = params_path_of(path + ".json");
+    const std::string json = replace_first(
+        read_bytes(path + ".json"), std::filesystem::path(current).filename().string(), old_name);
+    std::filesystem::rename(current, std::filesystem::path(path).parent_path() / old_name);
+    std::ofstream(path + ".json") << json;
+    EXPECT_NO_THROW(load(path + ".json"));
+  };
+  const std::string path = dir.file("m");
+  models[0]->save(path + ".params");  // A checkpoint, no export's.
+  models[0]->export_model(dir.file("m.0badf00d"));
+  rename_params(dir.file("m.0badf00d"), "m.0badf00d.params");
+  models[0]->export_model(path);
+  models[1]->export_model(path);
+  EXPECT_EQ(nn::read_state_dict(path + ".params").size(), 4u);
+  EXPECT_NO_THROW(load(dir.file("m.0badf00d.json")));
+
+  // A graph file from before that named m.params: superseded, so removed.
+  std::filesystem::remove(path + ".params");
+  rename_params(path, "m.params");
+  models[0]->export_model(path);
+  EXPECT_FALSE(std::filesystem::exists(path + ".params"));
+  EXPECT_NO_THROW(load(path + ".json"));
+  EXPECT_NO_THROW(load(dir.file("m.0badf00d.json")));
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(names.size(), 4u) << ::testing::PrintToString(names);
+}
+
+// Verifies that an export that fails after its params file is in place (a
+// full disk while the graph file is written; here a file-size limit that
+// the params file fits under) leaves the old model, and neither the new
+// params file nor a temporary file.
+TEST(ExportLoad, AFailedExportLeavesTheOldModel) {
+  ScratchDir dir;
+  std::shared_ptr<nn::Module> models[2] = {testing::writer_model(0), testing::writer_model(1)};
+  for (auto& model : models) testing::prepare_export(*model);
+  const std::string path = dir.file("m");
+  models[0]->export_model(path);
+  const std::string params = params_path_of(path + ".json");
+  const uint64_t limit = std::filesystem::file_size(params) + 64;
+  ASSERT_LT(limit, std::filesystem::file_size(path + ".json"));
+  rlimit old_limit;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit small = old_limit;
+  small.rlim_cur = limit;
+  auto* old_handler = signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  expect_error([&] { models[1]->export_model(path); },
+               {"cannot write '" + path + ".json'", "File too large"});
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  signal(SIGXFSZ, old_handler);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_THAT(names,
+              ::testing::ElementsAre(std::filesystem::path(params).filename().string(), "m.json"));
+  EXPECT_NO_THROW(load(path + ".json"));
 }
 
 // JSON has no infinities or NaN: the format spells them as strings.

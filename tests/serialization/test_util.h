@@ -9,6 +9,8 @@
 #include "gtest/gtest.h"
 
 #include "core/error.h"
+#include "serialization/file_io.h"
+#include "serialization/graph_file.h"
 
 namespace tandem::testing {
 
@@ -21,6 +23,22 @@ void expect_error(F&& f, const std::vector<std::string>& parts) {
   } catch (const Error& e) {
     for (const auto& part : parts) EXPECT_THAT(e.what(), ::testing::HasSubstr(part));
   }
+}
+
+// The path of the params file that the graph file at `json_path` names
+// (beside it; exports name it after its contents: serialization/model.cc).
+inline std::string params_path_of(const std::string& json_path) {
+  const auto name = serialization::params_file_named_by(
+      serialization::read_file(json_path, serialization::kMaxGraphFileBytes));
+  EXPECT_TRUE(name.has_value()) << json_path << " names no params file";
+  return (std::filesystem::path(json_path).parent_path() / name.value_or("")).string();
+}
+
+// `text` with its first `from` replaced by `to` (each must occur).
+inline std::string replace_first(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "no '" << from << "' in the text";
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
 }
 
 // A fresh folder for one test's files, removed with everything in it.
