@@ -1,6 +1,8 @@
 // Concurrency contracts of the user API, run in every build and under
 // ThreadSanitizer (tools/tandem.sh test, step tsan): calls of one hybridized
-// function or module from several threads (eager/hybridize.h).
+// function or module from several threads (eager/hybridize.h). Under TSan,
+// run with OMP_NUM_THREADS=1 as CI does: GNU OpenMP's runtime is not
+// instrumented, so TSan reports races inside any parallel kernel.
 #include <atomic>
 #include <cmath>
 #include <memory>
