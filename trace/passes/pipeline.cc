@@ -49,6 +49,10 @@ std::string file_name_part(const std::string& name) {
     if (c == '/' || c == '\\' || c == '\0' || static_cast<unsigned char>(c) < 0x20) c = '_';
   }
   if (part.empty() || part == "." || part == "..") part = "graph";
+  // A loaded model's name is its file's path, which may be longer than a
+  // file name may be (255 bytes, with the step and pass still to come).
+  constexpr size_t kLongest = 192;
+  if (part.size() > kLongest) part = part.substr(part.size() - kLongest);
   return part;
 }
 
