@@ -1,6 +1,7 @@
 // Reductions over any set of axes: sum, mean, max, min, var (attrs "axes",
 // empty meaning all, and "keepdims"), and argmax over one axis. Floating
-// inputs accumulate in double, integers in int64, so a float32 sum of many
+// inputs accumulate in double, integers in int64 (wrapping around, Note
+// [Integer arithmetic] in kernels/integer_math.h), so a float32 sum of many
 // small values keeps its precision.
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/integer_math.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -106,6 +108,15 @@ void for_each_element(const Shape& in_shape, const Shape& keep_shape, Visit visi
 template <class T>
 using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
 
+template <class T>
+void accumulate(Accumulator<T>& acc, T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    acc += value;
+  } else {
+    acc = integer::add(acc, static_cast<int64_t>(value));
+  }
+}
+
 // Sum (and mean, dividing by the count) into an accumulator per output.
 template <bool kMean>
 void sum_kernel(const KernelContext& c) {
@@ -118,9 +129,9 @@ void sum_kernel(const KernelContext& c) {
     absl::InlinedVector<Accumulator<T>, 1> acc(keep.numel(), 0);
     const T* in = x.data<T>();
     if (acc.size() == 1) {
-      for (int64_t i = 0; i < x.numel(); ++i) acc[0] += in[i];
+      for (int64_t i = 0; i < x.numel(); ++i) accumulate(acc[0], in[i]);
     } else {
-      for_each_element(x.shape(), keep, [&](int64_t o, int64_t i) { acc[o] += in[i]; });
+      for_each_element(x.shape(), keep, [&](int64_t o, int64_t i) { accumulate(acc[o], in[i]); });
     }
     int64_t count = keep.numel() == 0 ? 0 : x.numel() / keep.numel();
     T* out = c.outputs[0].data<T>();
