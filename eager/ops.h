@@ -33,7 +33,8 @@ Tensor div(const Tensor& a, const Tensor& b, TANDEM_HERE);
 Tensor pow(const Tensor& a, const Tensor& b, TANDEM_HERE);
 Tensor maximum(const Tensor& a, const Tensor& b, TANDEM_HERE);
 Tensor minimum(const Tensor& a, const Tensor& b, TANDEM_HERE);
-// With a scalar, converted to the tensor's dtype: add(x, 1).
+// With a scalar, converted to the tensor's dtype: add(x, 1). The scalar must
+// be a value of that dtype (add(int_tensor, 0.5) is an error, not + 0).
 Tensor add(const Tensor& a, double b, TANDEM_HERE);
 Tensor sub(const Tensor& a, double b, TANDEM_HERE);
 Tensor mul(const Tensor& a, double b, TANDEM_HERE);

@@ -557,17 +557,8 @@ TensorMetas infer_pad(absl::Span<const TensorMeta> in, const Attrs& attrs) {
     dims[i] += pads[2 * i] + pads[2 * i + 1];
   }
   // An integer fill must be a value of the dtype (a float one may round).
-  DType dtype = in[0].dtype;
-  if (!is_floating_point(dtype) && dtype != DType::kBool) {
-    double value = attrs.get_float("value");
-    visit_numeric(dtype, [&]<class T>() {
-      TANDEM_CHECK(value == std::trunc(value) &&
-                       value >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
-                       value < static_cast<double>(std::numeric_limits<T>::max()) + 1,
-                   "value ", value, " is not representable as ", dtype_name(dtype));
-    });
-  }
-  return {{Shape(dims), dtype}};
+  check_value_fits("value", attrs.get_float("value"), in[0].dtype);
+  return {{Shape(dims), in[0].dtype}};
 }
 
 void pad_kernel(const KernelContext& c) {
@@ -576,12 +567,7 @@ void pad_kernel(const KernelContext& c) {
   const Ints& pads = c.attrs.get_ints("pads");
   double value = c.attrs.get_float("value");
   visit_all(x.dtype(), [&]<class T>() {
-    T fill;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      fill = T(static_cast<float>(value));
-    } else {
-      fill = static_cast<T>(value);
-    }
+    T fill = convert<T>(value);  // Exact for integers: inference checked it.
     T* dst = out.data<T>();
     std::fill(dst, dst + out.numel(), fill);
     const Shape& shape = x.shape();
