@@ -307,7 +307,7 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, const std::string& reduction, 
   return run<"mse">({a, b}, {{"reduction", reduction}}, where);
 }
 Tensor embedding(const Tensor& weight, const Tensor& indices, Location where) {
-  return take(weight, indices, 0, where);
+  return run<"embedding">({weight, indices}, {}, where);
 }
 std::vector<Tensor> batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var, bool training,

@@ -149,7 +149,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
                 const std::string& reduction = "mean", TANDEM_HERE);
 Tensor mse_loss(const Tensor& a, const Tensor& b, const std::string& reduction = "mean",
                 TANDEM_HERE);
-// Rows of `weight` picked by int64 `indices`.
+// Rows of `weight` picked by int64 `indices`, each in [0, rows): -1 is out of
+// range (an error when the values are read), not the last row.
 Tensor embedding(const Tensor& weight, const Tensor& indices, TANDEM_HERE);
 // Outputs of batch_norm: y, and the batch's mean and (biased) variance.
 std::vector<Tensor> batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -1,8 +1,9 @@
 // Shape ops: reshape, flatten, transpose, concat, stack, split, slice, take,
-// pad, expand; and the two scatters their gradients use, slice_backward and
-// index_add. Every kernel copies into a fresh contiguous output (the engine
-// cannot alias outputs yet), so they move bytes without caring about the
-// dtype, except where values are made (pad's fill) or added (index_add).
+// embedding, pad, expand; and the two scatters their gradients use,
+// slice_backward and index_add. Every kernel copies into a fresh contiguous
+// output (the engine cannot alias outputs yet), so they move bytes without
+// caring about the dtype, except where values are made (pad's fill) or added
+// (index_add).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -448,11 +449,17 @@ Shape take_shape(const Shape& x, int axis, const Shape& indices) {
   return Shape(dims);
 }
 
-int take_axis(const TensorMeta& x, const TensorMeta& indices, const Attrs& attrs) {
+// Checks x and the indices of take, index_add and embedding; returns `axis`
+// normalized.
+int take_axis(const TensorMeta& x, const TensorMeta& indices, int64_t axis) {
   TANDEM_CHECK(x.shape.rank() > 0, "cannot index a scalar (rank 0)");
   TANDEM_CHECK(indices.dtype == DType::kInt64, "indices must be int64, got ",
                dtype_name(indices.dtype), " (shape ", indices.shape.to_string(), ")");
-  return normalize_axis(attrs.get_int("axis"), x.shape);
+  return x.shape.normalize_axis(axis);
+}
+
+int take_axis(const TensorMeta& x, const TensorMeta& indices, const Attrs& attrs) {
+  return take_axis(x, indices, attrs.get_int("axis"));
 }
 
 TensorMetas infer_take(absl::Span<const TensorMeta> in, const Attrs& attrs) {
@@ -460,29 +467,35 @@ TensorMetas infer_take(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   return {{take_shape(in[0].shape, axis, in[1].shape), in[0].dtype}};
 }
 
-// The indices, each checked against `dim` and made non-negative.
-std::vector<int64_t> checked_indices(const Tensor& indices, int64_t dim) {
+// What a negative index means: a position from the end (take, index_add) or
+// nothing (embedding).
+enum class NegativeIndices { kFromEnd, kOutOfRange };
+
+// The indices, each checked against axis `axis` of `x` and made non-negative.
+std::vector<int64_t> checked_indices(const Tensor& indices, const Shape& x, int axis,
+                                     NegativeIndices negative) {
+  const int64_t dim = x[axis];
+  const int64_t lowest = negative == NegativeIndices::kFromEnd ? -dim : 0;
   const int64_t* data = indices.data<int64_t>();
   std::vector<int64_t> resolved(data, data + indices.numel());
   for (int64_t& index : resolved) {
-    TANDEM_CHECK(index >= -dim && index < dim, "index ", index,
-                 " is out of range for an axis of size ", dim, " (valid: ", -dim, " to ", dim - 1,
-                 ")");
+    TANDEM_CHECK(index >= lowest && index < dim, "index ", index,
+                 " is out of range for an axis of size ", dim, " (axis ", axis, " of shape ",
+                 x.to_string(), "; valid: ", lowest, " to ", dim - 1, ")");
     if (index < 0) index += dim;
   }
   return resolved;
 }
 
-void take_kernel(const KernelContext& c) {
-  const Tensor& x = c.inputs[0];
-  int axis = normalize_axis(c.attrs.get_int("axis"), x.shape());
-  int64_t dim = x.shape()[axis];
-  std::vector<int64_t> indices = checked_indices(c.inputs[1], dim);
+// out[o, j, i] = x[o, indices[j], i] along `axis`, for checked indices.
+void gather_rows(const Tensor& x, int axis, const std::vector<int64_t>& indices,
+                 const Tensor& out) {
+  const int64_t dim = x.shape()[axis];
   size_t row = static_cast<size_t>(inner_size(x.shape(), axis)) * dtype_size(x.dtype());
   int64_t outer = outer_size(x.shape(), axis), count = static_cast<int64_t>(indices.size());
   if (row == 0) return;
   const char* src = bytes_of(x);
-  char* dst = bytes_of(c.outputs[0]);
+  char* dst = bytes_of(out);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t j = 0; j < count; ++j) {
       std::memcpy(dst + static_cast<size_t>(o * count + j) * row,
@@ -491,11 +504,39 @@ void take_kernel(const KernelContext& c) {
   }
 }
 
+void take_kernel(const KernelContext& c) {
+  const Tensor& x = c.inputs[0];
+  int axis = x.shape().normalize_axis(c.attrs.get_int("axis"));
+  gather_rows(x, axis, checked_indices(c.inputs[1], x.shape(), axis, NegativeIndices::kFromEnd),
+              c.outputs[0]);
+}
+
 std::vector<Tensor> take_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
   return {op("index_add", {zeros_like(x), c.inputs[1], c.grad_outputs[0]},
              {{"axis", c.attrs.get_int("axis")}}),
           Tensor()};
+}
+
+// embedding: out[j..., i] = weight[indices[j...], i], take along axis 0 but
+// with every index in [0, rows): a lookup table has no rows "from the end"
+// (as in PyTorch), so -1 is out of range, not the last row.
+
+TensorMetas infer_embedding(absl::Span<const TensorMeta> in, const Attrs&) {
+  take_axis(in[0], in[1], int64_t{0});
+  return {{take_shape(in[0].shape, 0, in[1].shape), in[0].dtype}};
+}
+
+void embedding_kernel(const KernelContext& c) {
+  const Tensor& weight = c.inputs[0];
+  gather_rows(weight, 0,
+              checked_indices(c.inputs[1], weight.shape(), 0, NegativeIndices::kOutOfRange),
+              c.outputs[0]);
+}
+
+std::vector<Tensor> embedding_gradient(const GradContext& c) {
+  const Tensor& weight = c.inputs[0];
+  return {op("index_add", {zeros_like(weight), c.inputs[1], c.grad_outputs[0]}), Tensor()};
 }
 
 // index_add: out = x, then out[o, indices[j...], i] += src[o, j..., i]; the
@@ -520,7 +561,8 @@ void index_add_kernel(const KernelContext& c) {
   const Tensor& out = c.outputs[0];
   int axis = normalize_axis(c.attrs.get_int("axis"), x.shape());
   int64_t dim = x.shape()[axis];
-  std::vector<int64_t> indices = checked_indices(c.inputs[1], dim);
+  std::vector<int64_t> indices =
+      checked_indices(c.inputs[1], x.shape(), axis, NegativeIndices::kFromEnd);
   if (out.nbytes() > 0) std::memcpy(out.raw_data(), x.raw_data(), out.nbytes());
   int64_t inner = inner_size(x.shape(), axis), outer = outer_size(x.shape(), axis);
   int64_t count = static_cast<int64_t>(indices.size());
@@ -713,6 +755,12 @@ void register_shape_ops(Registry& registry) {
                 .cpu = take_kernel,
                 .gradient = take_gradient,
                 .doc = "x indexed along an axis by int64 indices (negative count from the end)"});
+  registry.add({.name = "embedding",
+                .num_inputs = 2,
+                .infer = infer_embedding,
+                .cpu = embedding_kernel,
+                .gradient = embedding_gradient,
+                .doc = "rows of weight at int64 indices, each in [0, rows) (take along axis 0)"});
   registry.add({.name = "index_add",
                 .num_inputs = 3,
                 .attrs = {optional("axis", int64_t{0})},

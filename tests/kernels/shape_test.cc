@@ -276,6 +276,16 @@ TANDEM_OP_TEST_ROWS(shape) {
           {{"axis", int64_t{-1}}}, [](const Inputs& in) { return taken(in[0], in[1], 1); }));
   rows.push_back(row("take", "int32_values", {ints, tensor_of({1, 1, 0}, {3}, DType::kInt64)}, {},
                      [](const Inputs& in) { return taken(in[0], in[1], 0); }));
+  // embedding: take along axis 0 with indices in [0, rows) only.
+  rows.push_back(row("embedding", "lookup",
+                     {random_tensor({5, 3}, 41), tensor_of({4, 0, 2, 4}, {2, 2}, DType::kInt64)},
+                     {}, [](const Inputs& in) { return taken(in[0], in[1], 0); }));
+  rows.push_back(row("embedding", "scalar_index",
+                     {random_tensor({4, 2, 2}, 42), tensor_of({3}, {}, DType::kInt64)}, {},
+                     [](const Inputs& in) { return taken(in[0], in[1], 0); }));
+  rows.push_back(row("embedding", "no_indices",
+                     {random_tensor({3, 2}, 43), tensor_of({}, {0}, DType::kInt64)}, {},
+                     [](const Inputs& in) { return taken(in[0], in[1], 0); }));
   auto index_added = [](int axis) {
     return [axis](const Inputs& in) {
       Host x(in[0]), idx(in[1]), src(in[2]);
@@ -435,7 +445,8 @@ TEST(ShapeOpsTest, TakeErrors) {
   // The threaded engine throws at the read, the naive one at the call.
   what = error_of([&] { values_of(call("take", {x, tensor_of({1, 3}, {2}, DType::kInt64)})[0]); });
   EXPECT_THAT(what, HasSubstr("take"));
-  EXPECT_THAT(what, HasSubstr("index 3 is out of range for an axis of size 3"));
+  EXPECT_THAT(what, HasSubstr("index 3 is out of range for an axis of size 3 (axis 0 of shape "
+                              "[3, 2]; valid: -3 to 2)"));
   what = error_of([&] { values_of(call("take", {x, tensor_of({-4}, {1}, DType::kInt64)})[0]); });
   EXPECT_THAT(what, HasSubstr("index -4"));
   what = error_of([&] {
@@ -464,6 +475,32 @@ TEST(ShapeOpsTest, PadAndExpandErrors) {
       what, HasSubstr("cannot expand [2, 3] to [4, 3]: dimension 2 at axis 0 is neither 1 nor 4"));
   what = error_of([&] { call("expand", {x}, {{"shape", Ints{3}}}); });
   EXPECT_THAT(what, HasSubstr("fewer dimensions"));
+}
+
+// Verifies that embedding refuses every index outside [0, rows), -1 too
+// (take counts it from the end; a lookup table has no end), naming the op,
+// the index and the table's shape.
+TEST(ShapeOpsTest, EmbeddingIndicesAreBoundsChecked) {
+  Tensor weight = random_tensor({3, 2}, 1);
+  for (double bad : {-1.0, 3.0, -4.0, 1e18}) {
+    SCOPED_TRACE(bad);
+    std::string what = error_of([&] {
+      values_of(call1("embedding", {weight, tensor_of({0, bad}, {2}, DType::kInt64)}));
+    });
+    EXPECT_THAT(what, HasSubstr("embedding: index "));
+    EXPECT_THAT(what, HasSubstr(str_cat(static_cast<int64_t>(bad))));
+    EXPECT_THAT(
+        what,
+        HasSubstr("out of range for an axis of size 3 (axis 0 of shape [3, 2]; valid: 0 to 2)"));
+  }
+  EXPECT_THAT(error_of([&] {
+                call1("embedding", {weight, tensor_of({0}, {1}, DType::kInt32)});
+              }),
+              HasSubstr("indices must be int64, got int32"));
+  EXPECT_THAT(error_of([&] {
+                call1("embedding", {random_tensor({}, 1), tensor_of({0}, {1}, DType::kInt64)});
+              }),
+              HasSubstr("cannot index a scalar"));
 }
 
 // Verifies that split's gradient fills outputs without a gradient with zeros.
