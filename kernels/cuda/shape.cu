@@ -210,7 +210,11 @@ void move_strided_rows(cudaStream_t stream, const Tensor& full, const Tensor& pa
   int64_t begin = clamp(attrs.get_int("begin")), end = clamp(attrs.get_int("end"));
   int64_t count = end > begin ? (end - begin - 1) / step + 1 : 0;
   int64_t outer = product(shape, 0, axis), inner = product(shape, axis + 1, shape.rank());
-  Strides full_strides = {dim * inner, step * inner, 1}, part_strides = {count * inner, inner, 1};
+  // With two rows or more, step < dim, so step * inner fits; a single row
+  // takes no step (step may be as large as INT64_MAX).
+  const int64_t row_step = count > 1 ? step : 1;
+  Strides full_strides = {dim * inner, row_step * inner, 1},
+          part_strides = {count * inner, inner, 1};
   char* at = bytes_of(full) + begin * inner * dtype_size(full.dtype());
   copy_strided(stream, scatter ? at : bytes_of(part), scatter ? full_strides : part_strides,
                scatter ? bytes_of(part) : at, scatter ? part_strides : full_strides,

@@ -72,9 +72,8 @@ TensorMetas infer_batch_norm(absl::Span<const TensorMeta> in, const Attrs& attrs
                  x.to_string(), ", got shape ", in[i].shape.to_string());
   }
   if (attrs.get_bool("training")) {
-    TANDEM_CHECK(batch_view(x).count() > 0,
-                 "training needs at least one value per channel, x has "
-                 "shape ",
+    TANDEM_CHECK(batch_view(x).count() > 1,
+                 "expected more than 1 value per channel when training, got input of shape ",
                  x.to_string());
   }
   DType dtype = in[0].dtype;

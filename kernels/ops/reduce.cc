@@ -32,9 +32,7 @@ Axes reduced_axes(const Shape& shape, const std::vector<int64_t>& axes) {
     return result;
   }
   for (int64_t axis : axes) {
-    TANDEM_CHECK(axis >= -shape.rank() && axis < shape.rank(), "axis ", axis,
-                 " is out of range for shape ", shape.to_string());
-    int normalized = static_cast<int>(axis < 0 ? axis + shape.rank() : axis);
+    int normalized = shape.normalize_axis(axis);
     TANDEM_CHECK(std::find(result.begin(), result.end(), normalized) == result.end(), "axis ", axis,
                  " is listed twice");
     result.push_back(normalized);
@@ -184,7 +182,8 @@ void var_kernel(const KernelContext& c) {
       squares[o] += d * d;
     });
     T* out = c.outputs[0].data<T>();
-    double dof = static_cast<double>(count - correction);
+    // In double: any int64 correction, even INT64_MIN, without overflow.
+    double dof = static_cast<double>(count) - static_cast<double>(correction);
     for (size_t o = 0; o < squares.size(); ++o) {
       out[o] =
           static_cast<T>(dof > 0 ? squares[o] / dof : std::numeric_limits<double>::quiet_NaN());
@@ -195,7 +194,7 @@ void var_kernel(const KernelContext& c) {
 TensorMetas infer_argmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
   TANDEM_CHECK(shape.rank() > 0, "argmax needs at least one axis, got a scalar");
-  int axis = shape.normalize_axis(static_cast<int>(attrs.get_int("axis")));
+  int axis = shape.normalize_axis(attrs.get_int("axis"));
   TANDEM_CHECK(shape[axis] > 0, "argmax over axis ", axis, " of size 0 in shape ",
                shape.to_string());
   return {{reduced_shape(shape, {axis}, attrs.get_bool("keepdims")), DType::kInt64}};
@@ -204,9 +203,10 @@ TensorMetas infer_argmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
 // The first index of the largest value along the axis (NaN counts as largest).
 void argmax_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
-  int axis = x.shape().normalize_axis(static_cast<int>(c.attrs.get_int("axis")));
+  int axis = x.shape().normalize_axis(c.attrs.get_int("axis"));
   int64_t size = x.shape()[axis];
   int64_t inner = x.shape().stride(axis);
+  if (x.numel() == 0) return;  // Another axis is empty; so is the output (and inner may be 0).
   int64_t outer = x.numel() / (size * inner);
   int64_t* out = c.outputs[0].data<int64_t>();
   visit_numeric(x.dtype(), [&]<class T>() {

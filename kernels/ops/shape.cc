@@ -25,14 +25,6 @@ using Ints = std::vector<int64_t>;
 
 // Helpers.
 
-// Maps a possibly negative axis to [0, rank), or throws naming it.
-int normalize_axis(int64_t axis, const Shape& shape) {
-  int rank = shape.rank();
-  TANDEM_CHECK(axis >= -rank && axis < rank, "axis ", axis, " is out of range for shape ",
-               shape.to_string(), " of rank ", rank);
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
-
 int64_t product(absl::Span<const int64_t> dims) {
   return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
 }
@@ -127,8 +119,8 @@ std::vector<Tensor> reshape_gradient(const GradContext& c) {
 TensorMetas infer_flatten(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
   if (shape.rank() == 0) return {{Shape{1}, in[0].dtype}};
-  int start = normalize_axis(attrs.get_int("start_axis"), shape);
-  int end = normalize_axis(attrs.get_int("end_axis"), shape);
+  int start = shape.normalize_axis(attrs.get_int("start_axis"));
+  int end = shape.normalize_axis(attrs.get_int("end_axis"));
   TANDEM_CHECK(start <= end, "start_axis ", attrs.get_int("start_axis"), " comes after end_axis ",
                attrs.get_int("end_axis"), " for shape ", shape.to_string());
   Shape::Dims dims(shape.begin(), shape.begin() + start);
@@ -151,7 +143,7 @@ Ints resolve_perm(const Shape& shape, const Ints& given) {
   Ints perm(rank);
   std::vector<bool> seen(rank, false);
   for (int i = 0; i < rank; ++i) {
-    int axis = normalize_axis(given[i], shape);
+    int axis = shape.normalize_axis(given[i]);
     TANDEM_CHECK(!seen[axis], "perm ", ints_to_string(given), " is not a permutation: axis ", axis,
                  " appears twice");
     seen[axis] = true;
@@ -213,7 +205,7 @@ std::vector<Tensor> transpose_gradient(const GradContext& c) {
 TensorMetas infer_concat(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& first = in[0].shape;
   TANDEM_CHECK(first.rank() > 0, "cannot concatenate scalars (rank 0); use stack");
-  int axis = normalize_axis(attrs.get_int("axis"), first);
+  int axis = first.normalize_axis(attrs.get_int("axis"));
   Shape::Dims dims(first.begin(), first.end());
   dims[axis] = 0;
   for (size_t k = 0; k < in.size(); ++k) {
@@ -227,14 +219,15 @@ TensorMetas infer_concat(absl::Span<const TensorMeta> in, const Attrs& attrs) {
                    " but input 0 has shape ", first.to_string(), ": they differ at axis ", i, " (",
                    shape[i], " vs ", first[i], ") and only axis ", axis, " may differ");
     }
-    dims[axis] += shape[axis];
+    dims[axis] = checked_add(dims[axis], shape[axis], "the concatenated size of axis ", axis,
+                             " (inputs 0 to ", k, ")");
   }
   return {{Shape(dims), in[0].dtype}};
 }
 
 void concat_kernel(const KernelContext& c) {
   const Shape& shape = c.outputs[0].shape();
-  int axis = normalize_axis(c.attrs.get_int("axis"), shape);
+  int axis = shape.normalize_axis(c.attrs.get_int("axis"));
   Ints rows;
   for (const Tensor& t : c.inputs) rows.push_back(t.shape()[axis]);
   move_chunks(c.outputs[0], c.inputs, axis, rows, inner_size(shape, axis), /*gather=*/true);
@@ -245,7 +238,7 @@ std::vector<Tensor> split_along(const Tensor& t, int64_t axis, Ints sizes) {
 }
 
 std::vector<Tensor> concat_gradient(const GradContext& c) {
-  int axis = normalize_axis(c.attrs.get_int("axis"), c.inputs[0].shape());
+  int axis = c.inputs[0].shape().normalize_axis(c.attrs.get_int("axis"));
   Ints sizes;
   for (const Tensor& t : c.inputs) sizes.push_back(t.shape()[axis]);
   return split_along(c.grad_outputs[0], axis, std::move(sizes));
@@ -293,7 +286,7 @@ std::vector<Tensor> stack_gradient(const GradContext& c) {
 
 TensorMetas infer_split(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
-  int axis = normalize_axis(attrs.get_int("axis"), shape);
+  int axis = shape.normalize_axis(attrs.get_int("axis"));
   const Ints& sizes = attrs.get_ints("sizes");
   TANDEM_CHECK(!sizes.empty(), "sizes must not be empty");
   int64_t total = 0;
@@ -315,7 +308,7 @@ TensorMetas infer_split(absl::Span<const TensorMeta> in, const Attrs& attrs) {
 
 void split_kernel(const KernelContext& c) {
   const Shape& shape = c.inputs[0].shape();
-  int axis = normalize_axis(c.attrs.get_int("axis"), shape);
+  int axis = shape.normalize_axis(c.attrs.get_int("axis"));
   move_chunks(c.inputs[0], c.outputs, axis, c.attrs.get_ints("sizes"), inner_size(shape, axis),
               /*gather=*/false);
 }
@@ -346,7 +339,7 @@ struct SliceRange {
 
 SliceRange resolve_slice(const Shape& shape, const Attrs& attrs) {
   TANDEM_CHECK(shape.rank() > 0, "cannot slice a scalar (rank 0)");
-  int axis = normalize_axis(attrs.get_int("axis"), shape);
+  int axis = shape.normalize_axis(attrs.get_int("axis"));
   int64_t step = attrs.get_int("step");
   TANDEM_CHECK(step > 0, "step must be positive, got ", step);
   int64_t dim = shape[axis];
@@ -413,7 +406,7 @@ std::vector<Tensor> slice_gradient(const GradContext& c) {
 
 TensorMetas infer_slice_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   TANDEM_CHECK(in[0].shape.rank() > 0, "cannot scatter a scalar (rank 0)");
-  int axis = normalize_axis(attrs.get_int("axis"), in[0].shape);
+  int axis = in[0].shape.normalize_axis(attrs.get_int("axis"));
   int64_t size = attrs.get_int("size");
   TANDEM_CHECK(size >= 0, "size must be non-negative, got ", size);
   Shape::Dims dims(in[0].shape.begin(), in[0].shape.end());
@@ -559,7 +552,7 @@ TensorMetas infer_index_add(absl::Span<const TensorMeta> in, const Attrs& attrs)
 void index_add_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& out = c.outputs[0];
-  int axis = normalize_axis(c.attrs.get_int("axis"), x.shape());
+  int axis = x.shape().normalize_axis(c.attrs.get_int("axis"));
   int64_t dim = x.shape()[axis];
   std::vector<int64_t> indices =
       checked_indices(c.inputs[1], x.shape(), axis, NegativeIndices::kFromEnd);
@@ -594,9 +587,14 @@ TensorMetas infer_pad(absl::Span<const TensorMeta> in, const Attrs& attrs) {
                2 * shape.rank(), " (before and after for each axis)");
   Shape::Dims dims(shape.begin(), shape.end());
   for (int i = 0; i < shape.rank(); ++i) {
-    TANDEM_CHECK(pads[2 * i] >= 0 && pads[2 * i + 1] >= 0, "pads ", ints_to_string(pads),
+    const int64_t before = pads[2 * i], after = pads[2 * i + 1];
+    TANDEM_CHECK(before >= 0 && after >= 0, "pads ", ints_to_string(pads),
                  " has a negative entry at axis ", i);
-    dims[i] += pads[2 * i] + pads[2 * i + 1];
+    // The gradient slices [before, before + shape[i]), inside this sum.
+    auto input = [&] { return shape.to_string(); };
+    dims[i] = checked_add(
+        checked_add(dims[i], before, "axis ", i, " of ", input, " padded by pads[", 2 * i, "]"),
+        after, "axis ", i, " of ", input, " padded by pads[", 2 * i, "] and pads[", 2 * i + 1, "]");
   }
   // An integer fill must be a value of the dtype (a float one may round).
   check_value_fits("value", attrs.get_float("value"), in[0].dtype);

@@ -40,7 +40,7 @@ AxisView axis_view(const Shape& shape, int axis) {
 
 int softmax_axis(const Shape& shape, const Attrs& attrs) {
   TANDEM_CHECK(shape.rank() >= 1, "input must have at least one axis, got a scalar");
-  return shape.normalize_axis(static_cast<int>(attrs.get_int("axis")));
+  return shape.normalize_axis(attrs.get_int("axis"));
 }
 
 TensorMetas infer_softmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {

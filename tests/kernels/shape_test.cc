@@ -345,6 +345,13 @@ TANDEM_OP_TEST_ROWS(shape) {
                      {{"pads", Ints{1, 1, 0, 0}}, {"value", 7.0}}, padded({1, 1, 0, 0}, 7)));
   rows.push_back(row("pad", "int32", {ints}, {{"pads", Ints{0, 1, 1, 0}}, {"value", 9.0}},
                      padded({0, 1, 1, 0}, 9)));
+  // Pads wider than the input, on every side of a 4-D tensor: the gradient
+  // slices each axis back.
+  rows.push_back(row("pad", "wide_4d", {random_tensor({1, 2, 1, 2}, 44)},
+                     {{"pads", Ints{2, 0, 0, 3, 4, 1, 1, 5}}, {"value", 0.5}},
+                     padded({2, 0, 0, 3, 4, 1, 1, 5}, 0.5)));
+  rows.push_back(row("pad", "one_side", {random_tensor({3, 2}, 45)}, {{"pads", Ints{0, 4, 0, 0}}},
+                     padded({0, 4, 0, 0}, 0)));
 
   // expand.
   auto expanded = [](Shape shape) {
@@ -475,6 +482,29 @@ TEST(ShapeOpsTest, PadAndExpandErrors) {
       what, HasSubstr("cannot expand [2, 3] to [4, 3]: dimension 2 at axis 0 is neither 1 nor 4"));
   what = error_of([&] { call("expand", {x}, {{"shape", Ints{3}}}); });
   EXPECT_THAT(what, HasSubstr("fewer dimensions"));
+}
+
+// Verifies that pads whose sum overflows int64 are an error at the call
+// (2 + INT64_MAX + INT64_MAX wrapped to 0, and the kernel wrote past its
+// output), and that pad's gradient, which slices the padding off, gives the
+// input's shape for the largest pads that fit.
+TEST(ShapeOpsTest, PadSizesAreChecked) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  Tensor x = random_tensor({2, 3}, 1);
+  std::string what = error_of([&] { call("pad", {x}, {{"pads", Ints{kMax, kMax, 0, 0}}}); });
+  EXPECT_THAT(what, HasSubstr("pad: axis 0 of [2, 3] padded by pads[0] overflows int64 (2 + "
+                              "9223372036854775807)"));
+  what = error_of([&] { call("pad", {x}, {{"pads", Ints{0, 0, 1, kMax}}}); });
+  EXPECT_THAT(what, HasSubstr("pad: axis 1 of [2, 3] padded by pads[2] and pads[3] overflows "
+                              "int64 (4 + 9223372036854775807)"));
+  Tensor empty = random_tensor({0, 3}, 2);
+  const Ints widest{0, 0, kMax - 4, 1};
+  Tensor padded = call1("pad", {empty}, {{"pads", widest}});
+  EXPECT_EQ(padded.shape(), (Shape{0, kMax}));
+  const OpDef& pad = Registry::global().get("pad");
+  Attrs attrs = resolve_attrs(pad, {{"pads", widest}});
+  std::vector<Tensor> grads = pad.gradient({{empty}, {padded}, {padded}, attrs});
+  EXPECT_EQ(grads[0].shape(), empty.shape());
 }
 
 // Verifies that embedding refuses every index outside [0, rows), -1 too
