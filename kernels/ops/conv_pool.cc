@@ -349,7 +349,7 @@ std::vector<Tensor> conv2d_gradient(const GradContext& c) {
   const Attrs attrs = onednn::without_activation(c.attrs);
   Tensor grad_x = op("conv2d_backward_data", {g, w}, with_shape(attrs, "input_shape", x.shape()));
   std::vector<Tensor> grad_wb =
-      call("conv2d_backward_weight", {x, g}, with_shape(attrs, "weight_shape", w.shape()));
+      op_outputs("conv2d_backward_weight", {x, g}, with_shape(attrs, "weight_shape", w.shape()));
   return {grad_x, grad_wb[0], grad_wb[1]};
 }
 

@@ -7,6 +7,19 @@
 
 namespace tandem::kernels {
 
+std::source_location enclosing_call_site(const std::source_location& fallback) {
+  const CallSite& site = current_call_site();
+  return site.where.line() != 0 ? site.where : fallback;
+}
+
+Tensor zeros(const Shape& shape, DType dtype, Device device, std::source_location fallback) {
+  return op("zeros", {},
+            {{"shape", std::vector<int64_t>(shape.begin(), shape.end())},
+             {"dtype", dtype},
+             {"device", device.to_string()}},
+            fallback);
+}
+
 void check_value_fits(std::string_view what, double value, DType dtype) {
   if (is_floating_point(dtype) || dtype == DType::kBool) return;
   visit_numeric(dtype, [&]<class T>() {

@@ -234,7 +234,7 @@ void concat_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> split_along(const Tensor& t, int64_t axis, Ints sizes) {
-  return call("split", {t}, {{"axis", axis}, {"sizes", std::move(sizes)}});
+  return op_outputs("split", {t}, {{"axis", axis}, {"sizes", std::move(sizes)}});
 }
 
 std::vector<Tensor> concat_gradient(const GradContext& c) {
@@ -313,9 +313,7 @@ void split_kernel(const KernelContext& c) {
               /*gather=*/false);
 }
 
-Tensor zeros_like(const Tensor& t) {
-  return call1("zeros", {}, {{"shape", dims_of(t.shape())}, {"dtype", t.dtype()}});
-}
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 
 // Outputs without a gradient contribute zeros.
 std::vector<Tensor> split_gradient(const GradContext& c) {
@@ -327,7 +325,7 @@ std::vector<Tensor> split_gradient(const GradContext& c) {
     pieces.push_back(g.defined() ? g : zeros_like(c.outputs[k]));
   }
   if (!any) return {Tensor()};
-  return {call1("concat", pieces, {{"axis", c.attrs.get_int("axis")}})};
+  return {op("concat", pieces, {{"axis", c.attrs.get_int("axis")}})};
 }
 
 // slice: x[begin:end:step] along `axis`, bounds clamped as in Python.
