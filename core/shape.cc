@@ -24,12 +24,12 @@ void Shape::validate() {
   }
 }
 
-int64_t Shape::dim(int i) const { return dims_[normalize_axis(i)]; }
+int64_t Shape::dim(int64_t i) const { return dims_[normalize_axis(i)]; }
 
-int Shape::normalize_axis(int axis) const {
+int Shape::normalize_axis(int64_t axis) const {
   TANDEM_CHECK(axis >= -rank() && axis < rank(), "axis ", axis, " is out of range for shape ",
                to_string(), " of rank ", rank());
-  return axis < 0 ? axis + rank() : axis;
+  return static_cast<int>(axis < 0 ? axis + rank() : axis);
 }
 
 int64_t Shape::stride(int i) const {
@@ -43,13 +43,6 @@ std::string Shape::to_string() const {
   for (int i = 0; i < rank(); ++i) text += str_cat(i ? ", " : "", dims_[i]);
   text += "]";
   return text;
-}
-
-int64_t checked_mul(int64_t a, int64_t b, const char* what) {
-  int64_t product;
-  TANDEM_CHECK(!__builtin_mul_overflow(a, b, &product), what, " overflows int64 (", a, " * ", b,
-               ")");
-  return product;
 }
 
 }  // namespace tandem

@@ -15,9 +15,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
+
+#include "core/error.h"
 
 namespace tandem {
 
@@ -37,9 +40,12 @@ class Shape {
   // Unchecked access, 0 <= i < rank().
   int64_t operator[](int i) const { return dims_[i]; }
   // Checked access; -1 is the last dimension.
-  int64_t dim(int i) const;
-  // Maps a possibly negative axis to [0, rank()), or throws naming the axis.
-  int normalize_axis(int axis) const;
+  int64_t dim(int64_t i) const;
+  // Maps a possibly negative axis to [0, rank()), or throws naming the axis
+  // and the rank. Takes the int64 of an op's "axis" attribute as it is, so
+  // that no axis is narrowed before it is checked (2^32 is out of range, not
+  // axis 0).
+  int normalize_axis(int64_t axis) const;
 
   // Elements between consecutive indices of axis i in a contiguous tensor.
   int64_t stride(int i) const;
@@ -57,8 +63,51 @@ class Shape {
   int64_t numel_ = 1;
 };
 
-// Multiplies two non-negative sizes, throwing tandem::Error naming `what` if
-// the product overflows int64_t.
-int64_t checked_mul(int64_t a, int64_t b, const char* what);
+// Note [Checked size arithmetic]
+// Every size, offset and count computed from input (shapes, op attributes,
+// file headers) goes through these: a + b, a - b or a * b exactly, or a
+// tandem::Error "<what> overflows int64 (a + b)" when the result does not fit
+// in int64_t. `what` names the quantity and where it comes from:
+//
+//   checked_add(dim, before, "axis ", i, " of ", [&] { return shape.to_string(); },
+//               " padded by pads[", 2 * i, "]");
+//
+// Its parts are anything str_cat takes, or functions returning one (for parts
+// that cost something to format, like a shape); they are formatted only on
+// failure, so a check costs one overflow test. Inside an op's shape inference
+// the error also names the op and the user's line (Note [Call sites] in
+// core/error.h).
+namespace detail {
+template <class Part>
+decltype(auto) format_part(const Part& part) {
+  if constexpr (std::is_invocable_v<const Part&>) {
+    return part();
+  } else {
+    return (part);
+  }
+}
+}  // namespace detail
+
+template <class... What>
+int64_t checked_add(int64_t a, int64_t b, const What&... what) {
+  int64_t sum;
+  TANDEM_CHECK(!__builtin_add_overflow(a, b, &sum), detail::format_part(what)...,
+               " overflows int64 (", a, " + ", b, ")");
+  return sum;
+}
+template <class... What>
+int64_t checked_sub(int64_t a, int64_t b, const What&... what) {
+  int64_t difference;
+  TANDEM_CHECK(!__builtin_sub_overflow(a, b, &difference), detail::format_part(what)...,
+               " overflows int64 (", a, " - ", b, ")");
+  return difference;
+}
+template <class... What>
+int64_t checked_mul(int64_t a, int64_t b, const What&... what) {
+  int64_t product;
+  TANDEM_CHECK(!__builtin_mul_overflow(a, b, &product), detail::format_part(what)...,
+               " overflows int64 (", a, " * ", b, ")");
+  return product;
+}
 
 }  // namespace tandem

@@ -194,7 +194,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
               "zeros", {},
               {{"shape", std::vector<int64_t>(out.shape().begin(), out.shape().end())},
                {"dtype", out.dtype()},
-               {"device", out.device().to_string()}});
+               {"device", out.device().to_string()}},
+              node->where);
         }
         input_grads = node->backward(grad_outputs);
       } else {

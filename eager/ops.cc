@@ -20,7 +20,10 @@ Tensor run(std::initializer_list<Tensor> inputs, const Attrs& attrs, const Locat
                         absl::Span<const Tensor>(inputs.begin(), inputs.size()), attrs, where);
 }
 
-Tensor scalar_like(const Tensor& t, double value) {
+// The scalar operand of `op` in t's dtype; a value the dtype cannot hold is
+// an error naming the op and the caller's line.
+Tensor scalar_like(const Tensor& t, double value, const char* op, const Location& where) {
+  CallSiteScope site(op, where);
   return kernels::scalar_tensor(value, t.dtype());
 }
 
@@ -69,11 +72,21 @@ Tensor maximum(const Tensor& a, const Tensor& b, Location where) {
 Tensor minimum(const Tensor& a, const Tensor& b, Location where) {
   return run<"minimum">({a, b}, {}, where);
 }
-Tensor add(const Tensor& a, double b, Location where) { return add(a, scalar_like(a, b), where); }
-Tensor sub(const Tensor& a, double b, Location where) { return sub(a, scalar_like(a, b), where); }
-Tensor mul(const Tensor& a, double b, Location where) { return mul(a, scalar_like(a, b), where); }
-Tensor div(const Tensor& a, double b, Location where) { return div(a, scalar_like(a, b), where); }
-Tensor pow(const Tensor& a, double b, Location where) { return pow(a, scalar_like(a, b), where); }
+Tensor add(const Tensor& a, double b, Location where) {
+  return add(a, scalar_like(a, b, "add", where), where);
+}
+Tensor sub(const Tensor& a, double b, Location where) {
+  return sub(a, scalar_like(a, b, "sub", where), where);
+}
+Tensor mul(const Tensor& a, double b, Location where) {
+  return mul(a, scalar_like(a, b, "mul", where), where);
+}
+Tensor div(const Tensor& a, double b, Location where) {
+  return div(a, scalar_like(a, b, "div", where), where);
+}
+Tensor pow(const Tensor& a, double b, Location where) {
+  return pow(a, scalar_like(a, b, "pow", where), where);
+}
 Tensor eq(const Tensor& a, const Tensor& b, Location where) { return run<"eq">({a, b}, {}, where); }
 Tensor ne(const Tensor& a, const Tensor& b, Location where) { return run<"ne">({a, b}, {}, where); }
 Tensor lt(const Tensor& a, const Tensor& b, Location where) { return run<"lt">({a, b}, {}, where); }
@@ -294,7 +307,7 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, const std::string& reduction, 
   return run<"mse">({a, b}, {{"reduction", reduction}}, where);
 }
 Tensor embedding(const Tensor& weight, const Tensor& indices, Location where) {
-  return take(weight, indices, 0, where);
+  return run<"embedding">({weight, indices}, {}, where);
 }
 std::vector<Tensor> batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var, bool training,

@@ -33,7 +33,8 @@ Tensor div(const Tensor& a, const Tensor& b, TANDEM_HERE);
 Tensor pow(const Tensor& a, const Tensor& b, TANDEM_HERE);
 Tensor maximum(const Tensor& a, const Tensor& b, TANDEM_HERE);
 Tensor minimum(const Tensor& a, const Tensor& b, TANDEM_HERE);
-// With a scalar, converted to the tensor's dtype: add(x, 1).
+// With a scalar, converted to the tensor's dtype: add(x, 1). The scalar must
+// be a value of that dtype (add(int_tensor, 0.5) is an error, not + 0).
 Tensor add(const Tensor& a, double b, TANDEM_HERE);
 Tensor sub(const Tensor& a, double b, TANDEM_HERE);
 Tensor mul(const Tensor& a, double b, TANDEM_HERE);
@@ -148,7 +149,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
                 const std::string& reduction = "mean", TANDEM_HERE);
 Tensor mse_loss(const Tensor& a, const Tensor& b, const std::string& reduction = "mean",
                 TANDEM_HERE);
-// Rows of `weight` picked by int64 `indices`.
+// Rows of `weight` picked by int64 `indices`, each in [0, rows): -1 is out of
+// range (an error when the values are read), not the last row.
 Tensor embedding(const Tensor& weight, const Tensor& indices, TANDEM_HERE);
 // Outputs of batch_norm: y, and the batch's mean and (biased) variance.
 std::vector<Tensor> batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -11,9 +11,18 @@
 // (kernels/cuda/element_types.cuh), which have the same bit layouts.
 //
 // Note [Cast semantics]: float16 and bfloat16 go through float32; anything to
-// bool is `x != 0` (NaN is true, as in C++ and NumPy); floating to integer
-// truncates toward zero, saturates at the integer's range and maps NaN to 0,
-// so that no input is undefined behaviour.
+// bool is `x != 0` (NaN is true, as in C++ and NumPy); integer to a narrower
+// integer wraps around (two's complement, as in NumPy and PyTorch); floating
+// to integer truncates toward zero. A floating value with no integer to go
+// to (NaN, an infinity, or one outside the integer's range after truncation;
+// in_range below) is an error on the CPU: the cast op fails naming the value
+// and the dtype, and a double written into an integer tensor (the value of
+// full and pad, arange's range, a scalar operand) is refused at the call
+// (check_value_fits in kernels/ops/op_helpers.h). A CUDA kernel cannot fail
+// its op without the host waiting for the data, so on the GPU convert()
+// saturates at the integer's range and maps NaN to 0, as it does for every
+// caller that wants a total conversion (clip's bounds, which may be
+// infinite): no input is undefined behaviour on either device.
 #pragma once
 
 #include <limits>
@@ -46,7 +55,30 @@ TANDEM_HOST_DEVICE inline auto widen(T x) {
   }
 }
 
-// `from` converted to To by Note [Cast semantics].
+// Whether convert<To>(from) is exact up to truncation toward zero: false for
+// a floating `from` that is NaN, infinite or outside an integer To's range
+// after truncation (convert() then saturates); true for every other pair.
+template <class To, class From>
+TANDEM_HOST_DEVICE inline bool in_range(From from) {
+  auto x = widen(from);
+  using X = decltype(x);
+  if constexpr (std::is_integral_v<To> && !std::is_same_v<To, bool> &&
+                std::is_floating_point_v<X>) {
+    // Truncation keeps x in range exactly when lowest - 1 < x < max + 1.
+    // max + 1 and lowest (0 or -2^digits) are exact in any floating type;
+    // lowest - 1 may round to lowest, where no value of X lies between the
+    // two, so x >= lowest covers that case. NaN fails every comparison.
+    constexpr X kUpper = static_cast<X>(std::numeric_limits<To>::max()) + X{1};
+    constexpr X kLowest = static_cast<X>(std::numeric_limits<To>::lowest());
+    constexpr X kBelowLowest = kLowest - X{1};
+    return (x >= kLowest || x > kBelowLowest) && x < kUpper;
+  } else {
+    return true;
+  }
+}
+
+// `from` converted to To by Note [Cast semantics] (saturating where
+// in_range<To>(from) is false).
 template <class To, class From>
 TANDEM_HOST_DEVICE inline To convert(From from) {
   auto x = widen(from);

@@ -1,5 +1,6 @@
-// The scalar math of the elementwise ops, one function per op, for floating
-// element types. Internal to kernels/.
+// The scalar math of the elementwise ops, one function per op. Internal to
+// kernels/. Integer elements take the arithmetic of kernels/integer_math.h
+// (Note [Integer arithmetic]): no undefined behaviour on overflow.
 //
 //   float y = math::gelu(x);
 //   double z = math::clip(x, /*lo=*/0.0, /*hi=*/6.0);
@@ -11,16 +12,27 @@
 
 #include <cmath>
 #include <numbers>
+#include <type_traits>
+
+#include "kernels/integer_math.h"
 
 namespace tandem::kernels::math {
 
 template <class T>
 T neg(T x) {
-  return static_cast<T>(-x);
+  if constexpr (std::is_integral_v<T>) {
+    return integer::neg(x);
+  } else {
+    return -x;
+  }
 }
 template <class T>
 T abs(T x) {
-  return x < T{0} ? static_cast<T>(-x) : x;
+  if constexpr (std::is_integral_v<T>) {
+    return integer::abs(x);
+  } else {
+    return x < T{0} ? -x : x;
+  }
 }
 // -1, 0 or 1; NaN stays NaN.
 template <class T>
@@ -31,7 +43,11 @@ T sign(T x) {
 }
 template <class T>
 T square(T x) {
-  return static_cast<T>(x * x);
+  if constexpr (std::is_integral_v<T>) {
+    return integer::mul(x, x);
+  } else {
+    return x * x;
+  }
 }
 // NaN propagates.
 template <class T>
@@ -88,16 +104,30 @@ T clip(T x, double lo, double hi) {
 
 template <class T>
 T add(T x, T y) {
-  return x + y;
+  if constexpr (std::is_integral_v<T>) {
+    return integer::add(x, y);
+  } else {
+    return x + y;
+  }
 }
 template <class T>
 T sub(T x, T y) {
-  return x - y;
+  if constexpr (std::is_integral_v<T>) {
+    return integer::sub(x, y);
+  } else {
+    return x - y;
+  }
 }
 template <class T>
 T mul(T x, T y) {
-  return x * y;
+  if constexpr (std::is_integral_v<T>) {
+    return integer::mul(x, y);
+  } else {
+    return x * y;
+  }
 }
+// Floating division and power; the integer ones, which may fail, are the
+// Div and Pow functors' (kernels/ops/elementwise_binary.cc).
 template <class T>
 T div(T x, T y) {
   return x / y;

@@ -21,12 +21,14 @@
 
 #include "kernels/cuda/element_types.cuh"
 #include "kernels/fused_program.h"
+#include "kernels/integer_math.h"
 
 namespace tandem::kernels::cuda {
 
 // x op y for float32, float64, int32, int64 and uint8, as the CPU functors
-// compute it (integer division by zero gives 0; clip of an integer rounds the
-// bounds inward and saturates).
+// compute it: integers by Note [Integer arithmetic] (kernels/integer_math.h),
+// except that a division by zero gives 0 where the CPU fails the op; clip of
+// an integer rounds the bounds inward and saturates.
 template <class T>
 __host__ __device__ __forceinline__ T apply(ElementwiseOp op, T x, T y, double p0, double p1) {
   constexpr T kZero{0}, kOne{1};
@@ -69,10 +71,22 @@ __host__ __device__ __forceinline__ T apply(ElementwiseOp op, T x, T y, double p
         if (static_cast<double>(x) < p0) return convert<T>(::ceil(p0));
         if (static_cast<double>(x) > p1) return convert<T>(::floor(p1));
         return x;
+      case ElementwiseOp::kAdd:
+        return integer::add(x, y);
+      case ElementwiseOp::kSub:
+        return integer::sub(x, y);
+      case ElementwiseOp::kMul:
+        return integer::mul(x, y);
       case ElementwiseOp::kDiv:
-        return y == kZero ? kZero : static_cast<T>(x / y);
+        return y == kZero ? kZero : integer::div(x, y);
       case ElementwiseOp::kPow:
-        return static_cast<T>(::pow(static_cast<double>(x), static_cast<double>(y)));
+        return integer::pow_divides_by_zero(x, y) ? kZero : integer::pow(x, y);
+      case ElementwiseOp::kNeg:
+        return integer::neg(x);
+      case ElementwiseOp::kAbs:
+        return integer::abs(x);
+      case ElementwiseOp::kSquare:
+        return integer::mul(x, x);
       default:
         break;
     }

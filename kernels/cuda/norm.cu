@@ -158,6 +158,7 @@ void batch_norm_backward_kernel(const KernelContext& c) {
 // reduced axes, which for rows is its index into gamma and beta.
 ReduceLayout layer_norm_columns(const KernelContext& c, bool rows) {
   const Shape& x = c.inputs[0].shape();
+  // Inference checked 1 <= normalized_axes <= rank, so this cannot narrow.
   const int first = x.rank() - static_cast<int>(c.attrs.get_int("normalized_axes"));
   std::vector<int> axes(rows ? x.rank() - first : first);
   std::iota(axes.begin(), axes.end(), rows ? first : 0);

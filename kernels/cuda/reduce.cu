@@ -118,7 +118,7 @@ struct IndexOf {
 
 void argmax_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
-  const int axis = x.shape().normalize_axis(static_cast<int>(c.attrs.get_int("axis")));
+  const int axis = x.shape().normalize_axis(c.attrs.get_int("axis"));
   const ReduceLayout l = cuda::make_reduce_layout(x.shape().dims(), {axis});
   visit_numeric(x.dtype(), [&]<class T>() {
     cuda::launch_reduce(c, l, ArgmaxOf<T>{x.data<T>()}, IndexOf{}, c.outputs[0].data<int64_t>());

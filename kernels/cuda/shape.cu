@@ -210,7 +210,11 @@ void move_strided_rows(cudaStream_t stream, const Tensor& full, const Tensor& pa
   int64_t begin = clamp(attrs.get_int("begin")), end = clamp(attrs.get_int("end"));
   int64_t count = end > begin ? (end - begin - 1) / step + 1 : 0;
   int64_t outer = product(shape, 0, axis), inner = product(shape, axis + 1, shape.rank());
-  Strides full_strides = {dim * inner, step * inner, 1}, part_strides = {count * inner, inner, 1};
+  // With two rows or more, step < dim, so step * inner fits; a single row
+  // takes no step (step may be as large as INT64_MAX).
+  const int64_t row_step = count > 1 ? step : 1;
+  Strides full_strides = {dim * inner, row_step * inner, 1},
+          part_strides = {count * inner, inner, 1};
   char* at = bytes_of(full) + begin * inner * dtype_size(full.dtype());
   copy_strided(stream, scatter ? at : bytes_of(part), scatter ? full_strides : part_strides,
                scatter ? bytes_of(part) : at, scatter ? part_strides : full_strides,
@@ -241,13 +245,14 @@ void pad_kernel(const KernelContext& c) {
                x.raw_data(), contiguous_strides(x.shape()), x.shape(), dtype_size(x.dtype()));
 }
 
-// take and index_add: index j of `indices` selects row indices[j] of the
-// axis, counting from the end when negative.
+// take, embedding and index_add: index j of `indices` selects row
+// indices[j] of the axis, counting from the end when negative (take and
+// index_add; for embedding a negative index is out of range).
 //
 // Note [Indices out of range on the GPU]: the CPU kernels throw for an index
-// outside [-dim, dim), but a GPU kernel cannot fail its op without the host
-// waiting for it. Such an index selects nothing instead: take writes zeros
-// for it and index_add skips it.
+// outside [-dim, dim) ([0, dim) for embedding), but a GPU kernel cannot fail
+// its op without the host waiting for it. Such an index selects nothing
+// instead: take and embedding write zeros for it and index_add skips it.
 __device__ __forceinline__ int64_t resolve_index(int64_t index, int64_t dim) {
   return index < 0 ? index + dim : index;
 }
@@ -259,18 +264,18 @@ struct TakeRows {
   const int64_t* indices;
   U* out;
   int64_t count, dim, row;
+  bool from_end;  // Whether a negative index counts from the end.
   __device__ void operator()(int64_t i) const {
     int64_t rest = i / row, r = i - rest * row;
     int64_t o = rest / count, j = rest - o * count;
-    int64_t index = resolve_index(indices[j], dim);
+    int64_t index = from_end ? resolve_index(indices[j], dim) : indices[j];
     out[i] = index >= 0 && index < dim ? x[(o * dim + index) * row + r] : U{};
   }
 };
 
-void take_kernel(const KernelContext& c) {
+void take_rows(const KernelContext& c, int axis, bool from_end) {
   const Tensor& x = c.inputs[0];
   const Tensor& out = c.outputs[0];
-  int axis = resolve_axis(c.attrs.get_int("axis"), x.rank());
   const Shape& shape = x.shape();
   uint64_t row_bytes = product(shape, axis + 1, shape.rank()) * dtype_size(x.dtype());
   if (out.numel() == 0) return;
@@ -279,9 +284,15 @@ void take_kernel(const KernelContext& c) {
     for_each(stream_of(c), static_cast<int64_t>(out.nbytes() / unit),
              TakeRows<U>{static_cast<const U*>(x.raw_data()), c.inputs[1].data<int64_t>(),
                          static_cast<U*>(out.raw_data()), c.inputs[1].numel(), shape[axis],
-                         static_cast<int64_t>(row_bytes / unit)});
+                         static_cast<int64_t>(row_bytes / unit), from_end});
   });
 }
+
+void take_kernel(const KernelContext& c) {
+  take_rows(c, resolve_axis(c.attrs.get_int("axis"), c.inputs[0].rank()), /*from_end=*/true);
+}
+
+void embedding_kernel(const KernelContext& c) { take_rows(c, 0, /*from_end=*/false); }
 
 // Native atomics where CUDA has them; uint8 by compare-and-swap of the
 // aligned 32-bit word that holds it.
@@ -351,6 +362,7 @@ void register_shape_cuda_kernels(Registry& registry) {
   registry.set_cuda_kernel("slice", cuda::slice_kernel);
   registry.set_cuda_kernel("slice_backward", cuda::slice_backward_kernel);
   registry.set_cuda_kernel("take", cuda::take_kernel);
+  registry.set_cuda_kernel("embedding", cuda::embedding_kernel);
   registry.set_cuda_kernel("index_add", cuda::index_add_kernel);
   registry.set_cuda_kernel("pad", cuda::pad_kernel);
   registry.set_cuda_kernel("expand", cuda::expand_kernel);

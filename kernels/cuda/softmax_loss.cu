@@ -56,7 +56,7 @@ __global__ void softmax_columns(ReduceLayout l, const T* x, T* y) {
 template <bool kLog>
 void softmax_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
-  const int axis = x.shape().normalize_axis(static_cast<int>(c.attrs.get_int("axis")));
+  const int axis = x.shape().normalize_axis(c.attrs.get_int("axis"));
   const ReduceLayout l = make_reduce_layout(x.shape().dims(), {axis});
   if (x.numel() == 0) return;
   visit_floating(x.dtype(), [&]<class T>() {

@@ -64,12 +64,25 @@ Shape shape_attr(const Attrs& attrs, const char* name) {
   return Shape(absl::Span<const int64_t>(v));
 }
 
-// The output extent of a window sweep; checks the window fits.
+// The output extent of a window sweep along one axis: `in` input positions
+// padded by `pad` on each side, windows of `extent` every `stride`. Checks
+// that the window fits; every sum is checked (Note [Checked size
+// arithmetic]), since padding and dilation are attributes a model file may
+// set to anything. The kernels' index arithmetic stays within these sums.
 int64_t sweep(const char* what, int64_t in, int64_t pad, int64_t extent, int64_t stride,
               const Shape& input) {
-  TANDEM_CHECK(extent <= in + 2 * pad, what, " (", extent, ") is larger than the padded input (",
-               in, " + 2 * ", pad, ") of shape ", input.to_string());
-  return (in + 2 * pad - extent) / stride + 1;
+  auto shape = [&] { return input.to_string(); };
+  const int64_t padded = checked_add(in, checked_mul(2, pad, "twice the padding ", pad),
+                                     "the padded input of ", shape);
+  TANDEM_CHECK(extent <= padded, what, " (", extent, ") is larger than the padded input (", in,
+               " + 2 * ", pad, ") of shape ", input.to_string());
+  return (padded - extent) / stride + 1;
+}
+
+// The extent of a dilated kernel, dilation * (kernel - 1) + 1.
+int64_t dilated(int64_t kernel, int64_t dilation, const char* what) {
+  return checked_add(checked_mul(dilation, kernel - 1, "the dilated ", what), 1, "the dilated ",
+                     what);
 }
 
 // conv2d
@@ -98,14 +111,16 @@ Conv conv_geometry(const Shape& x, const Shape& w, const Attrs& attrs) {
   TANDEM_CHECK(g.c % g.groups == 0 && g.o % g.groups == 0, "groups = ", g.groups,
                " must divide both the input channels (", g.c, ", x of shape ", x.to_string(),
                ") and the output channels (", g.o, ")");
-  TANDEM_CHECK(w[1] * g.groups == g.c, "weight of shape ", w.to_string(), " expects ",
-               w[1] * g.groups, " input channels (", w[1], " per group x ", g.groups,
-               " groups), but x of shape ", x.to_string(), " has ", g.c);
+  const int64_t expected = checked_mul(w[1], g.groups, "the input channels of groups = ", g.groups,
+                                       " of weight shape ", w.to_string());
+  TANDEM_CHECK(expected == g.c, "weight of shape ", w.to_string(), " expects ", expected,
+               " input channels (", w[1], " per group x ", g.groups, " groups), but x of shape ",
+               x.to_string(), " has ", g.c);
   TANDEM_CHECK(g.kh >= 1 && g.kw >= 1, "kernel of weight shape ", w.to_string(), " is empty");
-  g.oh = sweep("dilated kernel height", g.h, g.padding[0], g.dilation[0] * (g.kh - 1) + 1,
-               g.stride[0], x);
-  g.ow = sweep("dilated kernel width", g.w, g.padding[1], g.dilation[1] * (g.kw - 1) + 1,
-               g.stride[1], x);
+  g.oh = sweep("dilated kernel height", g.h, g.padding[0],
+               dilated(g.kh, g.dilation[0], "kernel height"), g.stride[0], x);
+  g.ow = sweep("dilated kernel width", g.w, g.padding[1],
+               dilated(g.kw, g.dilation[1], "kernel width"), g.stride[1], x);
   return g;
 }
 
@@ -334,7 +349,7 @@ std::vector<Tensor> conv2d_gradient(const GradContext& c) {
   const Attrs attrs = onednn::without_activation(c.attrs);
   Tensor grad_x = op("conv2d_backward_data", {g, w}, with_shape(attrs, "input_shape", x.shape()));
   std::vector<Tensor> grad_wb =
-      call("conv2d_backward_weight", {x, g}, with_shape(attrs, "weight_shape", w.shape()));
+      op_outputs("conv2d_backward_weight", {x, g}, with_shape(attrs, "weight_shape", w.shape()));
   return {grad_x, grad_wb[0], grad_wb[1]};
 }
 
@@ -359,9 +374,13 @@ Pool pool_geometry(const Shape& x, const Attrs& attrs) {
   // maximum (PyTorch refuses them too); an empty batch is fine.
   TANDEM_CHECK(p.h > 0 && p.w > 0, "x has shape ", x.to_string(),
                "; pooling needs a height and width of at least 1");
-  TANDEM_CHECK(2 * p.padding[0] <= p.kernel[0] && 2 * p.padding[1] <= p.kernel[1], "padding ",
+  // padding <= kernel / 2, written so that no padding overflows.
+  TANDEM_CHECK(p.padding[0] <= p.kernel[0] / 2 && p.padding[1] <= p.kernel[1] / 2, "padding ",
                attr_to_string(ints(p.padding)), " must be at most half the kernel ",
                attr_to_string(ints(p.kernel)));
+  // The divisor of avg_pool2d; the windows' loops stay within the input.
+  checked_mul(p.kernel[0], p.kernel[1], "the kernel area of ",
+              [&] { return attr_to_string(ints(p.kernel)); });
   p.oh = sweep("kernel height", p.h, p.padding[0], p.kernel[0], p.stride[0], x);
   p.ow = sweep("kernel width", p.w, p.padding[1], p.kernel[1], p.stride[1], x);
   return p;
@@ -575,11 +594,24 @@ struct Adaptive {
   int64_t planes, h, w, oh, ow;
 };
 
+// The window bounds of both devices compute (o + 1) * in + out - 1 for each
+// output o < out of a plane `in` long, and (i + 1) * out + in - 1 for each
+// input i < in; both stay below (out + 1) * (in + 1).
+void check_adaptive_windows(const Shape& x, int64_t oh, int64_t ow) {
+  const int64_t out[] = {oh, ow};
+  for (int axis : {0, 1}) {
+    checked_mul(checked_add(out[axis], 1, "an output size"),
+                checked_add(x[2 + axis], 1, "an input size"), "the output size ", out[axis],
+                " + 1 times the input size + 1 of ", [&] { return x.to_string(); });
+  }
+}
+
 Adaptive adaptive_geometry(const Shape& x, const Attrs& attrs) {
   check_nchw("x", x);
   Pair size = pair_attr(attrs, "output_size", 1);
   TANDEM_CHECK(x[2] > 0 && x[3] > 0, "input of shape ", x.to_string(),
                " has an empty plane; nothing to average");
+  check_adaptive_windows(x, size[0], size[1]);
   return {x[0] * x[1], x[2], x[3], size[0], size[1]};
 }
 
@@ -631,6 +663,7 @@ TensorMetas infer_adaptive_avg_pool2d_backward(absl::Span<const TensorMeta> in,
                    in[0].shape[3] > 0 && x[2] > 0 && x[3] > 0,
                "grad_y of shape ", in[0].shape.to_string(), " does not match input_shape ",
                x.to_string());
+  check_adaptive_windows(x, in[0].shape[2], in[0].shape[3]);
   return {{x, in[0].dtype}};
 }
 

@@ -36,6 +36,11 @@ TensorMetas infer_filled(absl::Span<const TensorMeta>, const Attrs& attrs) {
   return {{Shape(attrs.get_ints("shape")), attrs.get_dtype("dtype")}};
 }
 
+TensorMetas infer_full(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  check_value_fits("value", attrs.get_float("value"), attrs.get_dtype("dtype"));
+  return infer_filled(in, attrs);
+}
+
 template <int kValue>
 void constant_kernel(const KernelContext& c) {
   visit_all(c.outputs[0].dtype(), [&]<class T>() { fill<T>(c.outputs[0], kValue); });
@@ -65,7 +70,20 @@ int64_t arange_count(const Attrs& attrs) {
 TensorMetas infer_arange(absl::Span<const TensorMeta>, const Attrs& attrs) {
   DType dtype = attrs.get_dtype("dtype");
   TANDEM_CHECK(dtype != DType::kBool, "dtype bool is not supported; use a numeric dtype");
-  return {{Shape{arange_count(attrs)}, dtype}};
+  const int64_t count = arange_count(attrs);
+  if (count > 0) {
+    // The values run from the first to the last: both must convert to an
+    // integer dtype without saturating (Note [Cast semantics]); fractions
+    // truncate, as the cast op's do.
+    const double start = attrs.get_float("start"), step = attrs.get_float("step");
+    visit_numeric(dtype, [&]<class T>() {
+      for (double value : {start, start + static_cast<double>(count - 1) * step}) {
+        TANDEM_CHECK(in_range<T>(value), "arange from ", start, " by ", step, " reaches ", value,
+                     ", which is out of range for ", dtype_name(dtype));
+      }
+    });
+  }
+  return {{Shape{count}, dtype}};
 }
 
 void arange_kernel(const KernelContext& c) {
@@ -180,7 +198,7 @@ void register_creation_ops(Registry& registry) {
   registry.add(creation(
       "full",
       {required("shape", Ints{}), optional("dtype", DType::kFloat32), optional("value", 0.0)},
-      infer_filled, full_kernel, "a tensor filled with value"));
+      infer_full, full_kernel, "a tensor filled with value"));
   registry.add(creation("arange",
                         {optional("start", 0.0), required("stop", 0.0), optional("step", 1.0),
                          optional("dtype", DType::kFloat32)},

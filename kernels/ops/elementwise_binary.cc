@@ -1,7 +1,9 @@
 // Elementwise binary ops with NumPy broadcasting: add, sub, mul, div, pow,
 // maximum, minimum, and the comparisons eq, ne, lt, le, gt, ge (bool output,
 // not differentiable). Both operands must have the same dtype: Tandem does
-// not promote silently; cast first.
+// not promote silently; cast first. Integer operands follow Note [Integer
+// arithmetic] (kernels/integer_math.h): they wrap around, and a division by
+// zero fails the op.
 #include <algorithm>
 #include <cmath>
 
@@ -9,6 +11,7 @@
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/elementwise_math.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/integer_math.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -157,11 +160,24 @@ struct Mul {
     return math::mul(x, y);
   }
 };
+// Integer division by zero fails the op (Note [Integer arithmetic]). The
+// operands arrive as int64 so that a uint8 prints as a number.
+[[noreturn]] void integer_division_by_zero(int64_t x) {
+  TANDEM_CHECK(false, "integer division by zero (", x, " / 0)");
+  __builtin_unreachable();
+}
+[[noreturn]] void zero_to_negative_power(int64_t y) {
+  TANDEM_CHECK(false, "integer division by zero (0 raised to the negative power ", y, ")");
+  __builtin_unreachable();
+}
+
 struct Div {
   template <class T>
-  auto operator()(T x, T y) const {
+  T operator()(T x, T y) const {
     if constexpr (std::is_integral_v<T>) {
-      return y == 0 ? T{0} : static_cast<T>(x / y);  // No trap on integer division by zero.
+      if (y == T{0}) [[unlikely]]
+        integer_division_by_zero(x);
+      return integer::div(x, y);
     } else {
       return math::div(x, y);
     }
@@ -170,8 +186,14 @@ struct Div {
 struct Pow {
   static constexpr int64_t kGrain = kCostlyGrain;
   template <class T>
-  auto operator()(T x, T y) const {
-    return math::pow(x, y);
+  T operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (integer::pow_divides_by_zero(x, y)) [[unlikely]]
+        zero_to_negative_power(y);
+      return integer::pow(x, y);
+    } else {
+      return math::pow(x, y);
+    }
   }
 };
 struct Maximum {
@@ -300,7 +322,7 @@ void register_elementwise_binary_ops(Registry& registry) {
   registry.add(arithmetic("sub", arithmetic_kernel<Sub>, sub_gradient, "a - b"));
   registry.add(arithmetic("mul", arithmetic_kernel<Mul>, mul_gradient, "a * b"));
   registry.add(arithmetic("div", arithmetic_kernel<Div>, div_gradient,
-                          "a / b (integer division by zero gives 0)"));
+                          "a / b (integers: truncated; division by zero is an error)"));
   registry.add(arithmetic("pow", arithmetic_kernel<Pow>, pow_gradient, "a ** b"));
   registry.add(arithmetic("maximum", arithmetic_kernel<Maximum>, select_gradient<kGe>,
                           "the larger of a and b (NaN if either is NaN)"));

@@ -5,7 +5,9 @@
 // Element types: the transcendental ops take float32 and float64 only; neg,
 // abs, sign, square, relu and clip also take int32 and int64; where selects
 // between operands of any dtype. Outputs keep the input's dtype (cast aside).
-// cast converts each element by Note [Cast semantics] in kernels/element_cast.h.
+// cast converts each element by Note [Cast semantics] in kernels/element_cast.h:
+// on the CPU a NaN, infinite or out-of-range value cast to an integer dtype
+// fails the op; on a GPU it saturates (NaN gives 0).
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -218,6 +220,17 @@ struct Clip {
   }
 };
 
+// A floating value with no integer to go to fails the op, naming the
+// element, its value and the dtype (Note [Cast semantics]).
+template <class To, class From>
+void check_cast_range(const From* src, int64_t begin, int64_t end, DType to) {
+  for (int64_t i = begin; i < end; ++i) {
+    TANDEM_CHECK(in_range<To>(src[i]), "cannot cast element ", i, " (",
+                 static_cast<double>(widen(src[i])), ") to ", dtype_name(to),
+                 ": it is NaN, infinite or beyond the range of ", dtype_name(to));
+  }
+}
+
 void cast_kernel(const KernelContext& c) {
   const Tensor& in = c.inputs[0];
   const Tensor& out = c.outputs[0];
@@ -227,7 +240,14 @@ void cast_kernel(const KernelContext& c) {
       const From* src = in.data<From>();
       To* dst = out.data<To>();
       parallel_for(n, kCheapGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) dst[i] = convert<To>(src[i]);
+        // The conversion loop stays branch-free (it vectorizes); only a range
+        // that holds a bad value looks again to name it.
+        bool all_in_range = true;
+        for (int64_t i = begin; i < end; ++i) {
+          dst[i] = convert<To>(src[i]);
+          all_in_range &= in_range<To>(src[i]);
+        }
+        if (!all_in_range) check_cast_range<To>(src, begin, end, out.dtype());
       });
     });
   });

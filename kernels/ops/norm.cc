@@ -71,10 +71,11 @@ TensorMetas infer_batch_norm(absl::Span<const TensorMeta> in, const Attrs& attrs
     TANDEM_CHECK(in[i].shape == Shape{x[1]}, names[i - 1], " must be [", x[1], "] for x of shape ",
                  x.to_string(), ", got shape ", in[i].shape.to_string());
   }
+  // One value per channel has no variance to normalize by (PyTorch refuses
+  // it too); y would be beta alone and the gradient of x zero.
   if (attrs.get_bool("training")) {
-    TANDEM_CHECK(batch_view(x).count() > 0,
-                 "training needs at least one value per channel, x has "
-                 "shape ",
+    TANDEM_CHECK(batch_view(x).count() > 1,
+                 "expected more than 1 value per channel when training, got input of shape ",
                  x.to_string());
   }
   DType dtype = in[0].dtype;
@@ -238,23 +239,19 @@ void batch_norm_backward_kernel(const KernelContext& c) {
   });
 }
 
-// A zero-filled tensor for a gradient that is known to be zero.
-Tensor zeros(const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
-  // Brand new: no op can be using it yet, so write it directly.
-  std::memset(t.raw_data(), 0, t.nbytes());
-  return t;
-}
-
 std::vector<Tensor> batch_norm_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
-  Shape channel{x.shape()[1]};
-  auto or_zeros = [&](const Tensor& t) { return t.defined() ? t : zeros(channel, x.dtype()); };
-  const Tensor& g = c.grad_outputs[0].defined() ? c.grad_outputs[0] : zeros(x.shape(), x.dtype());
-  std::vector<Tensor> grads = call("batch_norm_backward",
-                                   {x, c.inputs[1], c.outputs[1], c.outputs[2], g,
-                                    or_zeros(c.grad_outputs[1]), or_zeros(c.grad_outputs[2])},
-                                   c.attrs);
+  // Outputs without a gradient contribute zeros.
+  auto or_zeros = [&](const Tensor& t, const Shape& shape) {
+    return t.defined() ? t : zeros(shape, x.dtype(), x.device());
+  };
+  const Shape channel{x.shape()[1]};
+  const Tensor g = or_zeros(c.grad_outputs[0], x.shape());
+  std::vector<Tensor> grads =
+      op_outputs("batch_norm_backward",
+                 {x, c.inputs[1], c.outputs[1], c.outputs[2], g,
+                  or_zeros(c.grad_outputs[1], channel), or_zeros(c.grad_outputs[2], channel)},
+                 c.attrs);
   if (c.attrs.get_bool("training")) grads[3] = grads[4] = Tensor();
   return grads;
 }
@@ -389,7 +386,7 @@ void layer_norm_backward_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> layer_norm_gradient(const GradContext& c) {
-  return call("layer_norm_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs);
+  return op_outputs("layer_norm_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs);
 }
 
 std::vector<AttrSpec> batch_norm_attrs() { return {{"training", false}, {"eps", 1e-5}}; }

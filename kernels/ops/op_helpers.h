@@ -2,8 +2,11 @@
 // constants. Internal to kernels/.
 #pragma once
 
-#include <initializer_list>
+#include <source_location>
 #include <string_view>
+#include <vector>
+
+#include "absl/types/span.h"
 
 #include "core/tensor.h"
 #include "kernels/attrs.h"
@@ -11,15 +14,43 @@
 
 namespace tandem::kernels {
 
+// Where an op called from inside another op's code reports its errors: the
+// call site of the innermost open CallSiteScope (Note [Call sites] in
+// core/error.h). backward() opens one with the forward op's node, so an op of
+// a gradient formula names the user's line of the forward call; with no
+// scope open (a test calling a gradient directly), `fallback`, the line that
+// called op().
+std::source_location enclosing_call_site(const std::source_location& fallback);
+
 // One call of a single-output op, for gradient formulas:
 //   return {op("mul", {g, b}), op("mul", {g, a})};
-inline Tensor op(std::string_view name, std::initializer_list<Tensor> inputs,
-                 const Attrs& attrs = {}) {
-  return call1(name, absl::Span<const Tensor>(inputs.begin(), inputs.size()), attrs);
+// The call site is enclosing_call_site(the caller's line).
+inline Tensor op(std::string_view name, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
+                 std::source_location fallback = std::source_location::current()) {
+  return call1(name, inputs, attrs, enclosing_call_site(fallback));
+}
+// The same for ops with several outputs (split, the backward ops).
+inline std::vector<Tensor> op_outputs(
+    std::string_view name, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
+    std::source_location fallback = std::source_location::current()) {
+  return call(name, inputs, attrs, enclosing_call_site(fallback));
 }
 
-// A rank-0 tensor holding `value` converted to `dtype` (a constant operand
-// for broadcasting ops).
+// A tensor of zeros made by the "zeros" op on `device` (a gradient known to
+// be zero, or a buffer a scatter adds into), seen by autograd and the tracer
+// like any op.
+Tensor zeros(const Shape& shape, DType dtype, Device device,
+             std::source_location fallback = std::source_location::current());
+
+// Checks that `value` is a value of `dtype`, before a kernel converts it
+// (Note [Cast semantics] in kernels/element_cast.h): for an integer dtype,
+// an integer within its range, so NaN, infinities, fractions and values
+// beyond the range are refused, naming `what`, the value and the dtype. Any
+// value suits a floating dtype or bool.
+void check_value_fits(std::string_view what, double value, DType dtype);
+
+// A rank-0 tensor holding `value` in `dtype` (a constant operand for
+// broadcasting ops); check_value_fits("the scalar", ...) first.
 Tensor scalar_tensor(double value, DType dtype);
 
 // The single-input op's TensorMeta checks shared by many families.

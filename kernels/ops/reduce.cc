@@ -1,6 +1,7 @@
 // Reductions over any set of axes: sum, mean, max, min, var (attrs "axes",
 // empty meaning all, and "keepdims"), and argmax over one axis. Floating
-// inputs accumulate in double, integers in int64, so a float32 sum of many
+// inputs accumulate in double, integers in int64 (wrapping around, Note
+// [Integer arithmetic] in kernels/integer_math.h), so a float32 sum of many
 // small values keeps its precision.
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/integer_math.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -30,9 +32,7 @@ Axes reduced_axes(const Shape& shape, const std::vector<int64_t>& axes) {
     return result;
   }
   for (int64_t axis : axes) {
-    TANDEM_CHECK(axis >= -shape.rank() && axis < shape.rank(), "axis ", axis,
-                 " is out of range for shape ", shape.to_string());
-    int normalized = static_cast<int>(axis < 0 ? axis + shape.rank() : axis);
+    int normalized = shape.normalize_axis(axis);
     TANDEM_CHECK(std::find(result.begin(), result.end(), normalized) == result.end(), "axis ", axis,
                  " is listed twice");
     result.push_back(normalized);
@@ -106,6 +106,15 @@ void for_each_element(const Shape& in_shape, const Shape& keep_shape, Visit visi
 template <class T>
 using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
 
+template <class T>
+void accumulate(Accumulator<T>& acc, T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    acc += value;
+  } else {
+    acc = integer::add(acc, static_cast<int64_t>(value));
+  }
+}
+
 // Sum (and mean, dividing by the count) into an accumulator per output.
 template <bool kMean>
 void sum_kernel(const KernelContext& c) {
@@ -118,9 +127,9 @@ void sum_kernel(const KernelContext& c) {
     absl::InlinedVector<Accumulator<T>, 1> acc(keep.numel(), 0);
     const T* in = x.data<T>();
     if (acc.size() == 1) {
-      for (int64_t i = 0; i < x.numel(); ++i) acc[0] += in[i];
+      for (int64_t i = 0; i < x.numel(); ++i) accumulate(acc[0], in[i]);
     } else {
-      for_each_element(x.shape(), keep, [&](int64_t o, int64_t i) { acc[o] += in[i]; });
+      for_each_element(x.shape(), keep, [&](int64_t o, int64_t i) { accumulate(acc[o], in[i]); });
     }
     int64_t count = keep.numel() == 0 ? 0 : x.numel() / keep.numel();
     T* out = c.outputs[0].data<T>();
@@ -173,7 +182,8 @@ void var_kernel(const KernelContext& c) {
       squares[o] += d * d;
     });
     T* out = c.outputs[0].data<T>();
-    double dof = static_cast<double>(count - correction);
+    // In double: any int64 correction, even INT64_MIN, without overflow.
+    double dof = static_cast<double>(count) - static_cast<double>(correction);
     for (size_t o = 0; o < squares.size(); ++o) {
       out[o] =
           static_cast<T>(dof > 0 ? squares[o] / dof : std::numeric_limits<double>::quiet_NaN());
@@ -184,7 +194,7 @@ void var_kernel(const KernelContext& c) {
 TensorMetas infer_argmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
   TANDEM_CHECK(shape.rank() > 0, "argmax needs at least one axis, got a scalar");
-  int axis = shape.normalize_axis(static_cast<int>(attrs.get_int("axis")));
+  int axis = shape.normalize_axis(attrs.get_int("axis"));
   TANDEM_CHECK(shape[axis] > 0, "argmax over axis ", axis, " of size 0 in shape ",
                shape.to_string());
   return {{reduced_shape(shape, {axis}, attrs.get_bool("keepdims")), DType::kInt64}};
@@ -193,9 +203,10 @@ TensorMetas infer_argmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
 // The first index of the largest value along the axis (NaN counts as largest).
 void argmax_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
-  int axis = x.shape().normalize_axis(static_cast<int>(c.attrs.get_int("axis")));
+  int axis = x.shape().normalize_axis(c.attrs.get_int("axis"));
   int64_t size = x.shape()[axis];
   int64_t inner = x.shape().stride(axis);
+  if (x.numel() == 0) return;  // Another axis is empty; so is the output (and inner may be 0).
   int64_t outer = x.numel() / (size * inner);
   int64_t* out = c.outputs[0].data<int64_t>();
   visit_numeric(x.dtype(), [&]<class T>() {

@@ -1,8 +1,9 @@
 // Shape ops: reshape, flatten, transpose, concat, stack, split, slice, take,
-// pad, expand; and the two scatters their gradients use, slice_backward and
-// index_add. Every kernel copies into a fresh contiguous output (the engine
-// cannot alias outputs yet), so they move bytes without caring about the
-// dtype, except where values are made (pad's fill) or added (index_add).
+// embedding, pad, expand; and the two scatters their gradients use,
+// slice_backward and index_add. Every kernel copies into a fresh contiguous
+// output (the engine cannot alias outputs yet), so they move bytes without
+// caring about the dtype, except where values are made (pad's fill) or added
+// (index_add).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +12,8 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/cpu/elementwise_math.h"
+#include "kernels/element_cast.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -21,14 +24,6 @@ namespace {
 using Ints = std::vector<int64_t>;
 
 // Helpers.
-
-// Maps a possibly negative axis to [0, rank), or throws naming it.
-int normalize_axis(int64_t axis, const Shape& shape) {
-  int rank = shape.rank();
-  TANDEM_CHECK(axis >= -rank && axis < rank, "axis ", axis, " is out of range for shape ",
-               shape.to_string(), " of rank ", rank);
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
 
 int64_t product(absl::Span<const int64_t> dims) {
   return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
@@ -124,8 +119,8 @@ std::vector<Tensor> reshape_gradient(const GradContext& c) {
 TensorMetas infer_flatten(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
   if (shape.rank() == 0) return {{Shape{1}, in[0].dtype}};
-  int start = normalize_axis(attrs.get_int("start_axis"), shape);
-  int end = normalize_axis(attrs.get_int("end_axis"), shape);
+  int start = shape.normalize_axis(attrs.get_int("start_axis"));
+  int end = shape.normalize_axis(attrs.get_int("end_axis"));
   TANDEM_CHECK(start <= end, "start_axis ", attrs.get_int("start_axis"), " comes after end_axis ",
                attrs.get_int("end_axis"), " for shape ", shape.to_string());
   Shape::Dims dims(shape.begin(), shape.begin() + start);
@@ -148,7 +143,7 @@ Ints resolve_perm(const Shape& shape, const Ints& given) {
   Ints perm(rank);
   std::vector<bool> seen(rank, false);
   for (int i = 0; i < rank; ++i) {
-    int axis = normalize_axis(given[i], shape);
+    int axis = shape.normalize_axis(given[i]);
     TANDEM_CHECK(!seen[axis], "perm ", ints_to_string(given), " is not a permutation: axis ", axis,
                  " appears twice");
     seen[axis] = true;
@@ -210,7 +205,7 @@ std::vector<Tensor> transpose_gradient(const GradContext& c) {
 TensorMetas infer_concat(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& first = in[0].shape;
   TANDEM_CHECK(first.rank() > 0, "cannot concatenate scalars (rank 0); use stack");
-  int axis = normalize_axis(attrs.get_int("axis"), first);
+  int axis = first.normalize_axis(attrs.get_int("axis"));
   Shape::Dims dims(first.begin(), first.end());
   dims[axis] = 0;
   for (size_t k = 0; k < in.size(); ++k) {
@@ -224,25 +219,26 @@ TensorMetas infer_concat(absl::Span<const TensorMeta> in, const Attrs& attrs) {
                    " but input 0 has shape ", first.to_string(), ": they differ at axis ", i, " (",
                    shape[i], " vs ", first[i], ") and only axis ", axis, " may differ");
     }
-    dims[axis] += shape[axis];
+    dims[axis] = checked_add(dims[axis], shape[axis], "the concatenated size of axis ", axis,
+                             " (inputs 0 to ", k, ")");
   }
   return {{Shape(dims), in[0].dtype}};
 }
 
 void concat_kernel(const KernelContext& c) {
   const Shape& shape = c.outputs[0].shape();
-  int axis = normalize_axis(c.attrs.get_int("axis"), shape);
+  int axis = shape.normalize_axis(c.attrs.get_int("axis"));
   Ints rows;
   for (const Tensor& t : c.inputs) rows.push_back(t.shape()[axis]);
   move_chunks(c.outputs[0], c.inputs, axis, rows, inner_size(shape, axis), /*gather=*/true);
 }
 
 std::vector<Tensor> split_along(const Tensor& t, int64_t axis, Ints sizes) {
-  return call("split", {t}, {{"axis", axis}, {"sizes", std::move(sizes)}});
+  return op_outputs("split", {t}, {{"axis", axis}, {"sizes", std::move(sizes)}});
 }
 
 std::vector<Tensor> concat_gradient(const GradContext& c) {
-  int axis = normalize_axis(c.attrs.get_int("axis"), c.inputs[0].shape());
+  int axis = c.inputs[0].shape().normalize_axis(c.attrs.get_int("axis"));
   Ints sizes;
   for (const Tensor& t : c.inputs) sizes.push_back(t.shape()[axis]);
   return split_along(c.grad_outputs[0], axis, std::move(sizes));
@@ -290,7 +286,7 @@ std::vector<Tensor> stack_gradient(const GradContext& c) {
 
 TensorMetas infer_split(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   const Shape& shape = in[0].shape;
-  int axis = normalize_axis(attrs.get_int("axis"), shape);
+  int axis = shape.normalize_axis(attrs.get_int("axis"));
   const Ints& sizes = attrs.get_ints("sizes");
   TANDEM_CHECK(!sizes.empty(), "sizes must not be empty");
   int64_t total = 0;
@@ -312,14 +308,12 @@ TensorMetas infer_split(absl::Span<const TensorMeta> in, const Attrs& attrs) {
 
 void split_kernel(const KernelContext& c) {
   const Shape& shape = c.inputs[0].shape();
-  int axis = normalize_axis(c.attrs.get_int("axis"), shape);
+  int axis = shape.normalize_axis(c.attrs.get_int("axis"));
   move_chunks(c.inputs[0], c.outputs, axis, c.attrs.get_ints("sizes"), inner_size(shape, axis),
               /*gather=*/false);
 }
 
-Tensor zeros_like(const Tensor& t) {
-  return call1("zeros", {}, {{"shape", dims_of(t.shape())}, {"dtype", t.dtype()}});
-}
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 
 // Outputs without a gradient contribute zeros.
 std::vector<Tensor> split_gradient(const GradContext& c) {
@@ -331,7 +325,7 @@ std::vector<Tensor> split_gradient(const GradContext& c) {
     pieces.push_back(g.defined() ? g : zeros_like(c.outputs[k]));
   }
   if (!any) return {Tensor()};
-  return {call1("concat", pieces, {{"axis", c.attrs.get_int("axis")}})};
+  return {op("concat", pieces, {{"axis", c.attrs.get_int("axis")}})};
 }
 
 // slice: x[begin:end:step] along `axis`, bounds clamped as in Python.
@@ -343,7 +337,7 @@ struct SliceRange {
 
 SliceRange resolve_slice(const Shape& shape, const Attrs& attrs) {
   TANDEM_CHECK(shape.rank() > 0, "cannot slice a scalar (rank 0)");
-  int axis = normalize_axis(attrs.get_int("axis"), shape);
+  int axis = shape.normalize_axis(attrs.get_int("axis"));
   int64_t step = attrs.get_int("step");
   TANDEM_CHECK(step > 0, "step must be positive, got ", step);
   int64_t dim = shape[axis];
@@ -410,7 +404,7 @@ std::vector<Tensor> slice_gradient(const GradContext& c) {
 
 TensorMetas infer_slice_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   TANDEM_CHECK(in[0].shape.rank() > 0, "cannot scatter a scalar (rank 0)");
-  int axis = normalize_axis(attrs.get_int("axis"), in[0].shape);
+  int axis = in[0].shape.normalize_axis(attrs.get_int("axis"));
   int64_t size = attrs.get_int("size");
   TANDEM_CHECK(size >= 0, "size must be non-negative, got ", size);
   Shape::Dims dims(in[0].shape.begin(), in[0].shape.end());
@@ -446,11 +440,17 @@ Shape take_shape(const Shape& x, int axis, const Shape& indices) {
   return Shape(dims);
 }
 
-int take_axis(const TensorMeta& x, const TensorMeta& indices, const Attrs& attrs) {
+// Checks x and the indices of take, index_add and embedding; returns `axis`
+// normalized.
+int take_axis(const TensorMeta& x, const TensorMeta& indices, int64_t axis) {
   TANDEM_CHECK(x.shape.rank() > 0, "cannot index a scalar (rank 0)");
   TANDEM_CHECK(indices.dtype == DType::kInt64, "indices must be int64, got ",
                dtype_name(indices.dtype), " (shape ", indices.shape.to_string(), ")");
-  return normalize_axis(attrs.get_int("axis"), x.shape);
+  return x.shape.normalize_axis(axis);
+}
+
+int take_axis(const TensorMeta& x, const TensorMeta& indices, const Attrs& attrs) {
+  return take_axis(x, indices, attrs.get_int("axis"));
 }
 
 TensorMetas infer_take(absl::Span<const TensorMeta> in, const Attrs& attrs) {
@@ -458,29 +458,35 @@ TensorMetas infer_take(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   return {{take_shape(in[0].shape, axis, in[1].shape), in[0].dtype}};
 }
 
-// The indices, each checked against `dim` and made non-negative.
-std::vector<int64_t> checked_indices(const Tensor& indices, int64_t dim) {
+// What a negative index means: a position from the end (take, index_add) or
+// nothing (embedding).
+enum class NegativeIndices { kFromEnd, kOutOfRange };
+
+// The indices, each checked against axis `axis` of `x` and made non-negative.
+std::vector<int64_t> checked_indices(const Tensor& indices, const Shape& x, int axis,
+                                     NegativeIndices negative) {
+  const int64_t dim = x[axis];
+  const int64_t lowest = negative == NegativeIndices::kFromEnd ? -dim : 0;
   const int64_t* data = indices.data<int64_t>();
   std::vector<int64_t> resolved(data, data + indices.numel());
   for (int64_t& index : resolved) {
-    TANDEM_CHECK(index >= -dim && index < dim, "index ", index,
-                 " is out of range for an axis of size ", dim, " (valid: ", -dim, " to ", dim - 1,
-                 ")");
+    TANDEM_CHECK(index >= lowest && index < dim, "index ", index,
+                 " is out of range for an axis of size ", dim, " (axis ", axis, " of shape ",
+                 x.to_string(), "; valid: ", lowest, " to ", dim - 1, ")");
     if (index < 0) index += dim;
   }
   return resolved;
 }
 
-void take_kernel(const KernelContext& c) {
-  const Tensor& x = c.inputs[0];
-  int axis = normalize_axis(c.attrs.get_int("axis"), x.shape());
-  int64_t dim = x.shape()[axis];
-  std::vector<int64_t> indices = checked_indices(c.inputs[1], dim);
+// out[o, j, i] = x[o, indices[j], i] along `axis`, for checked indices.
+void gather_rows(const Tensor& x, int axis, const std::vector<int64_t>& indices,
+                 const Tensor& out) {
+  const int64_t dim = x.shape()[axis];
   size_t row = static_cast<size_t>(inner_size(x.shape(), axis)) * dtype_size(x.dtype());
   int64_t outer = outer_size(x.shape(), axis), count = static_cast<int64_t>(indices.size());
   if (row == 0) return;
   const char* src = bytes_of(x);
-  char* dst = bytes_of(c.outputs[0]);
+  char* dst = bytes_of(out);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t j = 0; j < count; ++j) {
       std::memcpy(dst + static_cast<size_t>(o * count + j) * row,
@@ -489,11 +495,39 @@ void take_kernel(const KernelContext& c) {
   }
 }
 
+void take_kernel(const KernelContext& c) {
+  const Tensor& x = c.inputs[0];
+  int axis = x.shape().normalize_axis(c.attrs.get_int("axis"));
+  gather_rows(x, axis, checked_indices(c.inputs[1], x.shape(), axis, NegativeIndices::kFromEnd),
+              c.outputs[0]);
+}
+
 std::vector<Tensor> take_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
   return {op("index_add", {zeros_like(x), c.inputs[1], c.grad_outputs[0]},
              {{"axis", c.attrs.get_int("axis")}}),
           Tensor()};
+}
+
+// embedding: out[j..., i] = weight[indices[j...], i], take along axis 0 but
+// with every index in [0, rows): a lookup table has no rows "from the end"
+// (as in PyTorch), so -1 is out of range, not the last row.
+
+TensorMetas infer_embedding(absl::Span<const TensorMeta> in, const Attrs&) {
+  take_axis(in[0], in[1], int64_t{0});
+  return {{take_shape(in[0].shape, 0, in[1].shape), in[0].dtype}};
+}
+
+void embedding_kernel(const KernelContext& c) {
+  const Tensor& weight = c.inputs[0];
+  gather_rows(weight, 0,
+              checked_indices(c.inputs[1], weight.shape(), 0, NegativeIndices::kOutOfRange),
+              c.outputs[0]);
+}
+
+std::vector<Tensor> embedding_gradient(const GradContext& c) {
+  const Tensor& weight = c.inputs[0];
+  return {op("index_add", {zeros_like(weight), c.inputs[1], c.grad_outputs[0]}), Tensor()};
 }
 
 // index_add: out = x, then out[o, indices[j...], i] += src[o, j..., i]; the
@@ -516,9 +550,10 @@ TensorMetas infer_index_add(absl::Span<const TensorMeta> in, const Attrs& attrs)
 void index_add_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& out = c.outputs[0];
-  int axis = normalize_axis(c.attrs.get_int("axis"), x.shape());
+  int axis = x.shape().normalize_axis(c.attrs.get_int("axis"));
   int64_t dim = x.shape()[axis];
-  std::vector<int64_t> indices = checked_indices(c.inputs[1], dim);
+  std::vector<int64_t> indices =
+      checked_indices(c.inputs[1], x.shape(), axis, NegativeIndices::kFromEnd);
   if (out.nbytes() > 0) std::memcpy(out.raw_data(), x.raw_data(), out.nbytes());
   int64_t inner = inner_size(x.shape(), axis), outer = outer_size(x.shape(), axis);
   int64_t count = static_cast<int64_t>(indices.size());
@@ -529,7 +564,7 @@ void index_add_kernel(const KernelContext& c) {
       for (int64_t j = 0; j < count; ++j) {
         T* to = dst + (o * dim + indices[j]) * inner;
         const T* from = src + (o * count + j) * inner;
-        for (int64_t i = 0; i < inner; ++i) to[i] = static_cast<T>(to[i] + from[i]);
+        for (int64_t i = 0; i < inner; ++i) to[i] = math::add(to[i], from[i]);
       }
     }
   });
@@ -550,22 +585,18 @@ TensorMetas infer_pad(absl::Span<const TensorMeta> in, const Attrs& attrs) {
                2 * shape.rank(), " (before and after for each axis)");
   Shape::Dims dims(shape.begin(), shape.end());
   for (int i = 0; i < shape.rank(); ++i) {
-    TANDEM_CHECK(pads[2 * i] >= 0 && pads[2 * i + 1] >= 0, "pads ", ints_to_string(pads),
+    const int64_t before = pads[2 * i], after = pads[2 * i + 1];
+    TANDEM_CHECK(before >= 0 && after >= 0, "pads ", ints_to_string(pads),
                  " has a negative entry at axis ", i);
-    dims[i] += pads[2 * i] + pads[2 * i + 1];
+    // The gradient slices [before, before + shape[i]), inside this sum.
+    auto input = [&] { return shape.to_string(); };
+    dims[i] = checked_add(
+        checked_add(dims[i], before, "axis ", i, " of ", input, " padded by pads[", 2 * i, "]"),
+        after, "axis ", i, " of ", input, " padded by pads[", 2 * i, "] and pads[", 2 * i + 1, "]");
   }
   // An integer fill must be a value of the dtype (a float one may round).
-  DType dtype = in[0].dtype;
-  if (!is_floating_point(dtype) && dtype != DType::kBool) {
-    double value = attrs.get_float("value");
-    visit_numeric(dtype, [&]<class T>() {
-      TANDEM_CHECK(value == std::trunc(value) &&
-                       value >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
-                       value < static_cast<double>(std::numeric_limits<T>::max()) + 1,
-                   "value ", value, " is not representable as ", dtype_name(dtype));
-    });
-  }
-  return {{Shape(dims), dtype}};
+  check_value_fits("value", attrs.get_float("value"), in[0].dtype);
+  return {{Shape(dims), in[0].dtype}};
 }
 
 void pad_kernel(const KernelContext& c) {
@@ -574,12 +605,7 @@ void pad_kernel(const KernelContext& c) {
   const Ints& pads = c.attrs.get_ints("pads");
   double value = c.attrs.get_float("value");
   visit_all(x.dtype(), [&]<class T>() {
-    T fill;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      fill = T(static_cast<float>(value));
-    } else {
-      fill = static_cast<T>(value);
-    }
+    T fill = convert<T>(value);  // Exact for integers: inference checked it.
     T* dst = out.data<T>();
     std::fill(dst, dst + out.numel(), fill);
     const Shape& shape = x.shape();
@@ -725,6 +751,12 @@ void register_shape_ops(Registry& registry) {
                 .cpu = take_kernel,
                 .gradient = take_gradient,
                 .doc = "x indexed along an axis by int64 indices (negative count from the end)"});
+  registry.add({.name = "embedding",
+                .num_inputs = 2,
+                .infer = infer_embedding,
+                .cpu = embedding_kernel,
+                .gradient = embedding_gradient,
+                .doc = "rows of weight at int64 indices, each in [0, rows) (take along axis 0)"});
   registry.add({.name = "index_add",
                 .num_inputs = 3,
                 .attrs = {optional("axis", int64_t{0})},

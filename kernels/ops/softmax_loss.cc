@@ -40,7 +40,7 @@ AxisView axis_view(const Shape& shape, int axis) {
 
 int softmax_axis(const Shape& shape, const Attrs& attrs) {
   TANDEM_CHECK(shape.rank() >= 1, "input must have at least one axis, got a scalar");
-  return shape.normalize_axis(static_cast<int>(attrs.get_int("axis")));
+  return shape.normalize_axis(attrs.get_int("axis"));
 }
 
 TensorMetas infer_softmax(absl::Span<const TensorMeta> in, const Attrs& attrs) {
@@ -172,10 +172,11 @@ TensorMetas infer_cross_entropy_backward(absl::Span<const TensorMeta> in, const 
   return infer_classification_backward(in, attrs, "logits");
 }
 
-int64_t checked_target(const int64_t* target, int64_t i, int64_t classes) {
+// Target i, checked against the classes of `scores` [N, C].
+int64_t checked_target(const int64_t* target, int64_t i, const Shape& scores) {
   int64_t t = target[i];
-  TANDEM_CHECK(t >= 0 && t < classes, "target ", t, " of sample ", i, " is out of range for ",
-               classes, " classes");
+  TANDEM_CHECK(t >= 0 && t < scores[1], "target ", t, " of sample ", i, " is out of range for ",
+               scores[1], " classes (input of shape ", scores.to_string(), ")");
   return t;
 }
 
@@ -211,7 +212,7 @@ void cross_entropy_kernel(const KernelContext& c) {
     const int64_t* t = target.data<int64_t>();
     std::vector<double> losses(n);
     for (int64_t i = 0; i < n; ++i) {
-      int64_t label = checked_target(t, i, classes);
+      int64_t label = checked_target(t, i, logits.shape());
       const T* row = x + i * classes;
       double max = *std::max_element(row, row + classes);
       double sum = 0, total = 0;
@@ -237,7 +238,7 @@ void cross_entropy_backward_kernel(const KernelContext& c) {
     const int64_t* t = target.data<int64_t>();
     T* out = c.outputs[0].data<T>();
     for (int64_t i = 0; i < n; ++i) {
-      int64_t label = checked_target(t, i, classes);
+      int64_t label = checked_target(t, i, logits.shape());
       double g = sample_grad(grad.data<T>(), i, n, reduction);
       const T* row = x + i * classes;
       double max = *std::max_element(row, row + classes);
@@ -274,7 +275,7 @@ void nll_kernel(const KernelContext& c) {
     const T* x = lp.data<T>();
     const int64_t* t = target.data<int64_t>();
     std::vector<double> losses(n);
-    for (int64_t i = 0; i < n; ++i) losses[i] = -x[i * classes + checked_target(t, i, classes)];
+    for (int64_t i = 0; i < n; ++i) losses[i] = -x[i * classes + checked_target(t, i, lp.shape())];
     write_loss(losses, reduction_of(c.attrs), c.outputs[0].data<T>());
   });
 }
@@ -288,7 +289,7 @@ void nll_backward_kernel(const KernelContext& c) {
     T* out = c.outputs[0].data<T>();
     std::fill(out, out + n * classes, T{0});
     for (int64_t i = 0; i < n; ++i) {
-      out[i * classes + checked_target(t, i, classes)] =
+      out[i * classes + checked_target(t, i, lp.shape())] =
           static_cast<T>(-sample_grad(grad.data<T>(), i, n, reduction));
     }
   });

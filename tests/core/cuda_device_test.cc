@@ -1,11 +1,18 @@
-// The CUDA device below the kernels: memory, copies, pinned host memory and
-// the engine's GPU worker (Note [GPU ops complete at launch]). Every test
-// but the first needs a GPU and is skipped, by name, without one.
+// The CUDA device below the kernels: the device count, memory, copies,
+// pinned host memory and the engine's GPU worker (Note [GPU ops complete at
+// launch]). Every test but the first two needs a GPU and is skipped, by
+// name, without one.
 #include <cstdint>
+#include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#ifdef TANDEM_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
@@ -30,6 +37,38 @@ Tensor copy_to(const Tensor& t, Device device) {
       },
       gpu, {t.var()}, {out.var()}, "copy");
   return out;
+}
+
+// The NVIDIA device nodes of this machine (/dev/nvidia0, /dev/nvidia1, ...):
+// the driver makes one per GPU it lets this process see.
+int nvidia_device_nodes() {
+  std::error_code error;
+  int nodes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", error)) {
+    nodes += std::regex_match(entry.path().filename().string(), std::regex("nvidia[0-9]+"));
+  }
+  return nodes;
+}
+
+// Verifies that cuda_device_count() is the CUDA runtime's own answer (0 where
+// the runtime reports an error, as without a driver), 0 in a build without
+// CUDA, and no more than the GPUs the driver exposes as device nodes.
+TEST(CudaDeviceTest, DeviceCountIsTheRuntimes) {
+  const int count = cuda_device_count();
+#ifdef TANDEM_WITH_CUDA
+  int runtime = 0;
+  if (cudaGetDeviceCount(&runtime) != cudaSuccess) {
+    cudaGetLastError();  // Leave no error behind for the next CUDA call.
+    runtime = 0;
+  }
+  EXPECT_EQ(count, runtime);
+#else
+  EXPECT_EQ(count, 0) << "a build without CUDA sees no device";
+#endif
+  if (!std::filesystem::exists("/dev/dxg")) {  // WSL's GPUs have no /dev/nvidiaN.
+    EXPECT_LE(count, nvidia_device_nodes()) << "a device with no /dev/nvidia* node";
+  }
+  EXPECT_EQ(cuda_device_count(), count);  // Stable across calls.
 }
 
 TEST(CudaDeviceTest, NamesTheMissingDevice) {

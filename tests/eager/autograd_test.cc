@@ -113,5 +113,24 @@ TEST(AutogradTest, LongChain) {
   EXPECT_THAT(w.grad().to_vector<double>(), ElementsAre(1));
 }
 
+// Verifies that a failure inside backward names the user's line of the
+// forward call, not a line of Tandem's gradient helpers: here the kernel of
+// cross_entropy's backward op finds the bad target when it runs.
+TEST(AutogradTest, BackwardFailureNamesTheForwardCallersLine) {
+  Tensor logits = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor target = Tensor::from_vector<int64_t>({0, 7}, {2});
+  const int line = __LINE__ + 1;
+  Tensor loss = cross_entropy(logits, target);
+  loss.backward();
+  try {
+    logits.grad().to_vector<double>();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cross_entropy_backward: target 7 of sample 1"));
+    EXPECT_THAT(e.what(), HasSubstr(str_cat("autograd_test.cc:", line)));
+    EXPECT_EQ(e.where().line(), static_cast<unsigned>(line));
+  }
+}
+
 }  // namespace
 }  // namespace tandem

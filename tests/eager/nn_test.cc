@@ -192,6 +192,12 @@ TEST(NnLayersTest, Embedding) {
     EXPECT_EQ(out[3 + k], w[k]);
   }
   expect_error([&] { embed.forward(Tensor::from_vector<float>({1}, {1})); }, {"int64 indices"});
+  // -1 is out of range, not the last row (it was read as take's "from the end").
+  expect_error(
+      [&] {
+        embed.forward(Tensor::from_vector<int64_t>({0, -1}, {2})).to_vector<float>();
+      },
+      {"embedding: index -1 is out of range", "shape [5, 3]"});
 }
 
 // Verifies LayerNorm's parameters and its output against a hand computation.

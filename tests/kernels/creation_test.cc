@@ -1,8 +1,8 @@
 // Rows for creation.cc, its error messages, and the statistics and
 // determinism of its random ops.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,13 +30,39 @@ Tensor filled(Shape shape, double value, DType dtype) {
   return result(std::vector<double>(shape.numel(), value), shape, dtype);
 }
 
-// Random rows run the op (the runner checks nothing without a reference);
-// the TESTs below check shapes, determinism and statistics.
-OpTestCase random_row(std::string op, std::string name, Attrs attrs) {
+// A row of rand or randn: a sample of `count` values, checked as draws of
+// `moments` (and, by the runner, for its shape, dtype and seeding).
+OpTestCase random_row(std::string op, std::string name, DType dtype, int64_t count, int64_t seed,
+                      Moments moments) {
   return {.name = std::move(name),
           .op = std::move(op),
-          .attrs = std::move(attrs),
+          .attrs = {{"shape", Ints{count / 10, 10}}, {"dtype", dtype}, {"seed", seed}},
+          .expected_shapes = {{Shape{count / 10, 10}, dtype}},
+          .check_random =
+              [moments, op](const Inputs&, const std::vector<Tensor>& out) {
+                std::vector<double> values = values_of(out[0]);
+                expect_moments(values, moments);
+                if (op == "rand") {
+                  for (double v : values) ASSERT_TRUE(v >= 0 && v < 1) << v;
+                }
+              },
           .check_gradient = false};
+}
+
+// dropout's outputs (y, mask) for x and p in training: each mask element is
+// 0 or exactly 1 / (1 - p), kept with probability 1 - p, and y = x * mask.
+void check_dropout(const Inputs& in, const std::vector<Tensor>& out, double p) {
+  std::vector<double> x = values_of(in[0]), y = values_of(out[0]), mask = values_of(out[1]);
+  ASSERT_EQ(mask.size(), x.size());
+  const double scale =
+      in[0].dtype() == DType::kFloat32 ? static_cast<float>(1 / (1 - p)) : 1 / (1 - p);
+  std::vector<double> kept(mask.size());
+  for (size_t i = 0; i < mask.size(); ++i) {
+    ASSERT_TRUE(mask[i] == 0 || mask[i] == scale) << "mask element " << i << " is " << mask[i];
+    kept[i] = mask[i] != 0;
+    ASSERT_NEAR(y[i], x[i] * mask[i], 1e-6 * (1 + std::abs(x[i] * mask[i]))) << "element " << i;
+  }
+  expect_moments(kept, bernoulli(1 - p));
 }
 
 TANDEM_OP_TEST_ROWS(creation) {
@@ -76,12 +102,11 @@ TANDEM_OP_TEST_ROWS(creation) {
   rows.push_back(created("arange", "empty", {{"start", 3.0}, {"stop", 1.0}},
                          result({}, {0}, DType::kFloat32)));
 
-  rows.push_back(random_row("rand", "float32", {{"shape", Ints{4, 5}}, {"seed", int64_t{1}}}));
-  rows.push_back(random_row(
-      "rand", "float16", {{"shape", Ints{8}}, {"dtype", DType::kFloat16}, {"seed", int64_t{2}}}));
-  rows.push_back(
-      random_row("randn", "float64",
-                 {{"shape", Ints{3, 3}}, {"dtype", DType::kFloat64}, {"seed", int64_t{3}}}));
+  // 10^4 draws: the moments within a few percent (expect_moments).
+  rows.push_back(random_row("rand", "float32", DType::kFloat32, 10000, 1, kUniform01));
+  rows.push_back(random_row("rand", "float16", DType::kFloat16, 10000, 2, kUniform01));
+  rows.push_back(random_row("randn", "float64", DType::kFloat64, 10000, 3, kStandardNormal));
+  rows.push_back(random_row("randn", "bfloat16", DType::kBFloat16, 10000, 4, kStandardNormal));
 
   // dropout: outputs (y, mask). Evaluation and p = 0 are deterministic.
   Tensor x = random_tensor({3, 4}, 1);
@@ -100,21 +125,28 @@ TANDEM_OP_TEST_ROWS(creation) {
                     return std::vector{in[0], filled(in[0].shape(), 1, DType::kFloat64)};
                   }});
   // Training with a fixed seed: a fixed mask, so finite differences apply.
-  rows.push_back({.name = "training_gradient",
-                  .op = "dropout",
-                  .inputs = {random_tensor({5, 8}, 2)},
-                  .attrs = {{"p", 0.4}, {"seed", int64_t{6}}}});
+  Tensor small = random_tensor({5, 8}, 2);
+  rows.push_back(
+      {.name = "training_gradient",
+       .op = "dropout",
+       .inputs = {small},
+       .attrs = {{"p", 0.4}, {"seed", int64_t{6}}},
+       .expected_shapes = {{small.shape(), DType::kFloat64}, {small.shape(), DType::kFloat64}},
+       .check_random = [](const Inputs& in, const std::vector<Tensor>& out) {
+         check_dropout(in, out, 0.4);
+       }});
+  // A large sample of the mask, in float32.
+  Tensor large = random_tensor({100, 100}, 3, -1, 1, DType::kFloat32);
+  rows.push_back(
+      {.name = "training_f32",
+       .op = "dropout",
+       .inputs = {large},
+       .attrs = {{"p", 0.25}, {"seed", int64_t{7}}},
+       .expected_shapes = {{large.shape(), DType::kFloat32}, {large.shape(), DType::kFloat32}},
+       .check_random = [](const Inputs& in,
+                          const std::vector<Tensor>& out) { check_dropout(in, out, 0.25); },
+       .check_gradient = false});
   return rows;
-}
-
-double mean(const std::vector<double>& v) {
-  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-}
-
-double variance(const std::vector<double>& v) {
-  double m = mean(v), sum = 0;
-  for (double x : v) sum += (x - m) * (x - m);
-  return sum / static_cast<double>(v.size());
 }
 
 std::vector<double> draw(const char* op, int64_t seed, DType dtype = DType::kFloat32,
@@ -196,13 +228,11 @@ TEST(CreationOpsTest, RandomOpsHaveTheRightMoments) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
     SCOPED_TRACE(dtype_name(dtype));
     std::vector<double> u = draw("rand", 7, dtype);
-    EXPECT_NEAR(mean(u), 0.5, 0.01);
-    EXPECT_NEAR(variance(u), 1.0 / 12, 0.01);
+    expect_moments(u, kUniform01);
     EXPECT_GE(*std::min_element(u.begin(), u.end()), 0.0);
     EXPECT_LT(*std::max_element(u.begin(), u.end()), 1.0);
     std::vector<double> z = draw("randn", 8, dtype);
-    EXPECT_NEAR(mean(z), 0.0, 0.02);
-    EXPECT_NEAR(variance(z), 1.0, 0.03);
+    expect_moments(z, kStandardNormal);
     int beyond_3_sigma = 0;
     for (double v : z) beyond_3_sigma += std::abs(v) > 3;
     EXPECT_NEAR(beyond_3_sigma / 1e5, 0.0027, 0.001);  // Tails present, not too heavy.

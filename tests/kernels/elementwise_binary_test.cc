@@ -1,9 +1,14 @@
 // Rows for elementwise_binary.cc, and its error messages.
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "kernels/dispatch.h"
 #include "tests/kernels/op_test_util.h"
@@ -63,12 +68,41 @@ TANDEM_OP_TEST_ROWS(elementwise_binary) {
       DType::kFloat32);
   float32_add.check_gradient = false;
   rows.push_back(float32_add);
-  OpTestCase int_div = binary_row(
-      "div", "int64_by_zero_is_zero", tensor_of({7, -7, 3}, {3}, DType::kInt64),
-      tensor_of({2, 2, 0}, {3}, DType::kInt64),
-      [](double x, double y) { return y == 0 ? 0.0 : std::trunc(x / y); }, DType::kInt64);
-  int_div.check_gradient = false;
-  rows.push_back(int_div);
+  // Integer division truncates; INT_MIN / -1 wraps to INT_MIN (Note [Integer
+  // arithmetic]). -2^63 and -2^31 are exact in the doubles of the reference.
+  auto truncated = [](double x, double y) {
+    return y == -1 ? (x == -0x1p63 || x == -0x1p31 ? x : -x) : std::trunc(x / y);
+  };
+  for (DType dtype : {DType::kInt64, DType::kInt32}) {
+    const double lowest = dtype == DType::kInt64 ? -0x1p63 : -0x1p31;
+    OpTestCase int_div =
+        binary_row("div", str_cat(dtype_name(dtype), "_truncates"),
+                   tensor_of({7, -7, 7, -7, lowest, lowest, 0}, {7}, dtype),
+                   tensor_of({2, 2, -2, -2, -1, 1, 5}, {7}, dtype), truncated, dtype);
+    int_div.check_gradient = false;
+    rows.push_back(int_div);
+    OpTestCase by_scalar = binary_row("div", str_cat(dtype_name(dtype), "_by_scalar_minus_one"),
+                                      tensor_of({lowest, 5, -3}, {3}, dtype),
+                                      tensor_of({-1}, {}, dtype), truncated, dtype);
+    by_scalar.check_gradient = false;
+    rows.push_back(by_scalar);
+  }
+  OpTestCase uint8_div =
+      binary_row("div", "uint8", tensor_of({200, 7, 255}, {3}, DType::kUInt8),
+                 tensor_of({3, 2, 255}, {3}, DType::kUInt8), truncated, DType::kUInt8);
+  uint8_div.check_gradient = false;
+  rows.push_back(uint8_div);
+  // Integer powers are exact: 3^39 needs more than a double's 53 bits.
+  OpTestCase int_pow = binary_row(
+      "pow", "int64_exact", tensor_of({3, -2, 2, 1, -1, -1, 5}, {7}, DType::kInt64),
+      tensor_of({39, 3, 0, -5, -3, -4, -1}, {7}, DType::kInt64),
+      [](double x, double y) {
+        if (x == 3 && y == 39) return 4052555153018976267.0;  // Rounded like values_of().
+        return y < 0 ? (std::abs(x) == 1 ? std::pow(x, y) : 0.0) : std::pow(x, y);
+      },
+      DType::kInt64);
+  int_pow.check_gradient = false;
+  rows.push_back(int_pow);
   OpTestCase nan_max = binary_row(
       "maximum", "nan_propagates", tensor_of({NAN, 1, 2}, {3}), tensor_of({0, NAN, 1}, {3}),
       [](double x, double y) { return std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y); });
@@ -141,6 +175,111 @@ TEST(ElementwiseBinaryTest, WrongArityAndUnknownOp) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown attribute 'alpha'"));
   }
+}
+
+// The process-wide engine of one kind for a scope (engine::configure), then
+// the threaded one again.
+class ScopedEngine {
+ public:
+  explicit ScopedEngine(engine::EngineKind kind) { engine::configure(kind); }
+  ~ScopedEngine() { engine::configure(engine::EngineKind::kThreaded); }
+  ScopedEngine(const ScopedEngine&) = delete;
+  ScopedEngine& operator=(const ScopedEngine&) = delete;
+};
+
+constexpr engine::EngineKind kEngines[] = {engine::EngineKind::kThreaded,
+                                           engine::EngineKind::kNaive};
+
+template <class T>
+std::vector<T> values(const Tensor& t) {
+  return t.to_vector<T>();
+}
+
+template <class T>
+void expect_wrapping_division() {
+  constexpr T kLowest = std::numeric_limits<T>::lowest(), kMax = std::numeric_limits<T>::max();
+  Tensor a = Tensor::from_vector<T>({kLowest, kLowest, kMax, -7, 7}, {5});
+  // By a tensor of divisors and by a rank-0 scalar (the scalar overloads of
+  // eager's div), in loops that each take their own path (row_loop).
+  Tensor b = Tensor::from_vector<T>({-1, 1, -1, 2, -2}, {5});
+  EXPECT_EQ(values<T>(call1("div", {a, b})), (std::vector<T>{kLowest, kLowest, -kMax, -3, -3}));
+  Tensor minus_one = Tensor::from_vector<T>({-1}, {});
+  EXPECT_EQ(values<T>(call1("div", {a, minus_one})),
+            (std::vector<T>{kLowest, kLowest, -kMax, 7, -7}));
+  EXPECT_EQ(values<T>(call1("div", {Tensor::from_vector<T>({kLowest}, {}), minus_one})),
+            (std::vector<T>{kLowest}));
+  // Broadcast along rows: the strided loops.
+  Tensor rows = Tensor::from_vector<T>({kLowest, 6, kLowest, 6}, {2, 2});
+  EXPECT_EQ(values<T>(call1("div", {rows, Tensor::from_vector<T>({-1, -1}, {2, 1})})),
+            (std::vector<T>{kLowest, -6, kLowest, -6}));
+}
+
+// Verifies that INT_MIN / -1 wraps to INT_MIN (it trapped with SIGFPE on
+// x86) for int32 and int64, tensor and scalar divisors, on both engines.
+TEST(IntegerArithmeticTest, MinByMinusOneWrapsOnBothEngines) {
+  for (engine::EngineKind kind : kEngines) {
+    SCOPED_TRACE(kind == engine::EngineKind::kNaive ? "naive engine" : "threaded engine");
+    ScopedEngine scoped(kind);
+    expect_wrapping_division<int64_t>();
+    expect_wrapping_division<int32_t>();
+  }
+}
+
+// Verifies that integer division by zero fails the op, naming it and the
+// dividend, on both engines (the naive one at the call, the threaded one at
+// the read), for tensor and scalar divisors and 0 to a negative power.
+TEST(IntegerArithmeticTest, DivisionByZeroIsAnError) {
+  for (engine::EngineKind kind : kEngines) {
+    SCOPED_TRACE(kind == engine::EngineKind::kNaive ? "naive engine" : "threaded engine");
+    ScopedEngine scoped(kind);
+    Tensor a = Tensor::from_vector<int64_t>({4, 5}, {2});
+    std::string what = error_of([&] {
+      values<int64_t>(call1("div", {a, Tensor::from_vector<int64_t>({1, 0}, {2})}));
+    });
+    EXPECT_THAT(what, HasSubstr("div: integer division by zero (5 / 0)"));
+    what = error_of([&] {
+      values<int32_t>(call1(
+          "div", {Tensor::from_vector<int32_t>({-3}, {1}), Tensor::from_vector<int32_t>({0}, {})}));
+    });
+    EXPECT_THAT(what, HasSubstr("div: integer division by zero (-3 / 0)"));
+    what = error_of([&] {
+      values<uint8_t>(call1("div", {Tensor::from_vector<uint8_t>({200}, {1}),
+                                    Tensor::from_vector<uint8_t>({0}, {1})}));
+    });
+    EXPECT_THAT(what, HasSubstr("integer division by zero (200 / 0)"));
+    what = error_of([&] {
+      values<int64_t>(call1("pow", {Tensor::from_vector<int64_t>({2, 0}, {2}),
+                                    Tensor::from_vector<int64_t>({-1, -2}, {2})}));
+    });
+    EXPECT_THAT(what,
+                HasSubstr("pow: integer division by zero (0 raised to the negative power -2)"));
+  }
+}
+
+// Verifies that integer add, sub, mul, neg, abs, square and sum wrap around
+// at the type's limits instead of overflowing (undefined behaviour, which
+// the ASan build's UBSan reports).
+TEST(IntegerArithmeticTest, OverflowWrapsAround) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kLowest = std::numeric_limits<int64_t>::lowest();
+  Tensor max = Tensor::from_vector<int64_t>({kMax, kMax}, {2});
+  Tensor one = Tensor::from_vector<int64_t>({1}, {});
+  EXPECT_EQ(values<int64_t>(call1("add", {max, one})), (std::vector<int64_t>{kLowest, kLowest}));
+  EXPECT_EQ(
+      values<int64_t>(call1("sub", {call1("neg", {max}), Tensor::from_vector<int64_t>({2}, {})})),
+      (std::vector<int64_t>{kMax, kMax}));
+  EXPECT_EQ(values<int64_t>(call1("mul", {max, Tensor::from_vector<int64_t>({2}, {})})),
+            (std::vector<int64_t>{-2, -2}));
+  Tensor lowest = Tensor::from_vector<int32_t>({std::numeric_limits<int32_t>::lowest()}, {1});
+  EXPECT_EQ(values<int32_t>(call1("neg", {lowest})), values<int32_t>(lowest));
+  EXPECT_EQ(values<int32_t>(call1("abs", {lowest})), values<int32_t>(lowest));
+  EXPECT_EQ(values<int32_t>(call1("square", {Tensor::from_vector<int32_t>({65536}, {1})})),
+            (std::vector<int32_t>{0}));
+  EXPECT_EQ(values<int64_t>(call1("sum", {max})), (std::vector<int64_t>{-2}));
+  // Powers are exact where a double (53 bits) is not, and wrap beyond.
+  EXPECT_EQ(values<int64_t>(call1("pow", {Tensor::from_vector<int64_t>({3, 2}, {2}),
+                                          Tensor::from_vector<int64_t>({39, 64}, {2})})),
+            (std::vector<int64_t>{4052555153018976267, 0}));
 }
 
 }  // namespace

@@ -1,14 +1,19 @@
 // Rows for elementwise_unary.cc, and its error messages and cast semantics.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numbers>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "kernels/broadcast.h"
 #include "kernels/dispatch.h"
+#include "kernels/element_cast.h"
 #include "kernels/registry.h"
 #include "tests/kernels/op_test_util.h"
 
@@ -168,15 +173,22 @@ TANDEM_OP_TEST_ROWS(elementwise_unary) {
       cast_row("bfloat16_to_float16", as(DType::kBFloat16, mixed), DType::kFloat16, same));
   rows.push_back(cast_row("float64_to_int32_truncates", mixed, DType::kInt32,
                           [](double x) { return std::trunc(x); }));
-  rows.push_back(cast_row("float64_to_int64_saturates", tensor_of({NAN, 1e30, -1e30, 42.9}, {4}),
-                          DType::kInt64, [](double x) {
-                            if (std::isnan(x)) return 0.0;
-                            return std::clamp(std::trunc(x), -0x1p63, 0x1p63 - 1024);
-                          }));
+  // At the limits of the integer dtypes; one step beyond is an error
+  // (CastOfValuesWithoutAnIntegerIsAnError below).
+  auto truncate = [](double x) { return std::trunc(x); };
+  rows.push_back(cast_row("float64_to_int64_limits",
+                          tensor_of({-0x1p63, 0x1p63 - 1024, 42.9, -0.99}, {4}), DType::kInt64,
+                          truncate));
+  rows.push_back(cast_row("float64_to_int32_limits",
+                          tensor_of({2147483647.9, -2147483648.9, -7.5}, {3}), DType::kInt32,
+                          truncate));
+  rows.push_back(cast_row("float32_to_int32_limits",
+                          as(DType::kFloat32, tensor_of({-0x1p31, 0x1p31 - 128}, {2})),
+                          DType::kInt32, truncate));
   rows.push_back(cast_row("float64_to_bool", tensor_of({0, -0.0, 0.5, NAN, -3}, {5}), DType::kBool,
                           [](double x) { return x != 0 ? 1.0 : 0.0; }));
-  rows.push_back(cast_row("float64_to_uint8", tensor_of({0, 1, 254.5, 300, -4}, {5}), DType::kUInt8,
-                          [](double x) { return std::clamp(std::trunc(x), 0.0, 255.0); }));
+  rows.push_back(cast_row("float64_to_uint8", tensor_of({0, 1, 254.5, 255.9, -0.5}, {5}),
+                          DType::kUInt8, [](double x) { return std::trunc(x) + 0.0; }));
   rows.push_back(cast_row("int32_to_float64", ints32, DType::kFloat64, same));
   rows.push_back(cast_row("int64_to_int32", ints64, DType::kInt32, same));
   rows.push_back(
@@ -245,6 +257,84 @@ TEST(ElementwiseUnaryTest, CastNeedsDtype) {
   std::string what = error_of([] { call("cast", {random_tensor({2}, 1)}); });
   EXPECT_THAT(what, HasSubstr("cast"));
   EXPECT_THAT(what, HasSubstr("'dtype'"));
+}
+
+// Verifies that a floating value with no integer to go to (NaN, an
+// infinity, or beyond the range after truncation) fails the cast naming the
+// op, the element, its value and the dtype, where it gave 0 or INT_MIN
+// silently; from every floating dtype, on both engines.
+TEST(ElementwiseUnaryTest, CastOfValuesWithoutAnIntegerIsAnError) {
+  struct Row {
+    double value;
+    DType to;
+    const char* printed;
+  };
+  const Row rows[] = {
+      {NAN, DType::kInt32, "nan"},
+      {INFINITY, DType::kInt64, "inf"},
+      {-INFINITY, DType::kUInt8, "-inf"},
+      {1e300, DType::kInt32, "1e+300"},
+      {-1e300, DType::kInt64, "-1e+300"},
+      {0x1p63, DType::kInt64, "9.22337e+18"},
+      {0x1p31, DType::kInt32, "2.14748e+09"},
+      {-2147483649.0, DType::kInt32, "-2.14748e+09"},
+      {256, DType::kUInt8, "256"},
+      {-1, DType::kUInt8, "-1"},
+  };
+  for (engine::EngineKind kind : {engine::EngineKind::kThreaded, engine::EngineKind::kNaive}) {
+    engine::configure(kind);
+    for (const Row& row : rows) {
+      for (DType from : {DType::kFloat64, DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+        // Values a 16-bit float holds: infinities, NaN, 256 and -1.
+        bool narrow = from == DType::kFloat16 || from == DType::kBFloat16;
+        if (narrow && std::isfinite(row.value) && row.value != 256 && row.value != -1) continue;
+        // Values float32 rounds to others: 1e300 is inf there, -2^31 - 1 is -2^31.
+        if (from == DType::kFloat32 && (std::abs(row.value) == 1e300 || row.value == -2147483649.0))
+          continue;
+        SCOPED_TRACE(str_cat(row.printed, " from ", dtype_name(from), " to ", dtype_name(row.to)));
+        Tensor x = tensor_of({1, row.value, 2}, {3}, from);
+        std::string what = error_of([&] { values_of(call1("cast", {x}, {{"dtype", row.to}})); });
+        EXPECT_THAT(what, HasSubstr(str_cat("cast: cannot cast element 1 (", row.printed, ") to ",
+                                            dtype_name(row.to),
+                                            ": it is NaN, infinite or beyond "
+                                            "the range of ",
+                                            dtype_name(row.to))));
+      }
+    }
+  }
+  engine::configure(engine::EngineKind::kThreaded);
+  // Far into a tensor large enough to split over the cores: the element is
+  // still named by its index in the whole tensor.
+  std::vector<double> values(300000, 1.5);
+  values[299999] = NAN;
+  std::string what = error_of([&] {
+    values_of(
+        call1("cast", {tensor_of(values, {300000}, DType::kFloat32)}, {{"dtype", DType::kInt32}}));
+  });
+  EXPECT_THAT(what, HasSubstr("cannot cast element 299999 (nan) to int32"));
+}
+
+// Verifies in_range (kernels/element_cast.h) one step either side of each
+// integer dtype's limits, where truncation decides.
+TEST(ElementwiseUnaryTest, InRangeAtTheIntegerLimits) {
+  EXPECT_TRUE(in_range<int64_t>(-0x1p63));
+  EXPECT_FALSE(in_range<int64_t>(0x1p63));
+  EXPECT_TRUE(in_range<int64_t>(0x1p63 - 1024));
+  EXPECT_FALSE(in_range<int64_t>(-0x1p63 - 2048));
+  EXPECT_TRUE(in_range<int32_t>(-2147483648.9));
+  EXPECT_FALSE(in_range<int32_t>(-2147483649.0));
+  EXPECT_TRUE(in_range<int32_t>(2147483647.9));
+  EXPECT_FALSE(in_range<int32_t>(2147483648.0));
+  EXPECT_TRUE(in_range<int32_t>(-0x1p31f));  // -2^31 - 1 rounds to -2^31 in float.
+  EXPECT_FALSE(in_range<int32_t>(0x1p31f));
+  EXPECT_TRUE(in_range<uint8_t>(-0.9));
+  EXPECT_FALSE(in_range<uint8_t>(-1.0));
+  EXPECT_TRUE(in_range<uint8_t>(255.9));
+  EXPECT_FALSE(in_range<uint8_t>(256.0));
+  EXPECT_FALSE(in_range<int32_t>(NAN));
+  EXPECT_FALSE(in_range<uint8_t>(Half(NAN)));
+  EXPECT_TRUE(in_range<float>(1e300));  // Floating targets take anything (inf).
+  EXPECT_TRUE(in_range<bool>(NAN));
 }
 
 // Verifies that where names a non-bool condition, mixed operand dtypes and

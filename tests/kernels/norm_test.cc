@@ -233,11 +233,20 @@ TEST(BatchNormTest, BadArgumentsAreNamed) {
                 call("batch_norm", {x, c3, c3, c3, c3}, {{"eps", -1.0}});
               }),
               HasSubstr("eps must be a finite non-negative number"));
-  EXPECT_THAT(
-      error_of([&] {
-        call("batch_norm", {random_tensor({0, 3}, 1), c3, c3, c3, c3}, {{"training", true}});
-      }),
-      HasSubstr("training needs at least one value per channel"));
+  // No value, or one, per channel: no batch variance to normalize by (one
+  // value gave y = beta and a zero gradient, silently), as PyTorch refuses.
+  for (Shape one : {Shape{0, 3}, Shape{1, 3}, Shape{1, 3, 1, 1}}) {
+    SCOPED_TRACE(one.to_string());
+    EXPECT_THAT(error_of([&] {
+                  call("batch_norm", {random_tensor(one, 1), c3, c3, c3, c3}, {{"training", true}});
+                }),
+                HasSubstr(str_cat("batch_norm: expected more than 1 value per channel when "
+                                  "training, got input of shape ",
+                                  one.to_string())));
+  }
+  // Evaluation normalizes with the running statistics: any batch will do.
+  EXPECT_EQ(call("batch_norm", {random_tensor({1, 3}, 1), c3, c3, c3, c3})[0].shape(),
+            (Shape{1, 3}));
 }
 
 // Verifies that eval mode returns the running statistics unchanged.

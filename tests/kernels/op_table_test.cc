@@ -5,6 +5,8 @@
 // its own main() that registers the tests before GoogleTest lists them.
 #include <cmath>
 #include <random>
+#include <set>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,9 +24,47 @@ bool close(double actual, double expected, double tolerance) {
   return std::abs(actual - expected) <= tolerance * (1 + std::abs(expected));
 }
 
+void check_shapes(const OpTestCase& row, const std::vector<Tensor>& outputs) {
+  ASSERT_EQ(outputs.size(), row.expected_shapes.size()) << "outputs";
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    EXPECT_EQ(outputs[k].shape(), row.expected_shapes[k].shape) << "output " << k;
+    EXPECT_EQ(dtype_name(outputs[k].dtype()), dtype_name(row.expected_shapes[k].dtype))
+        << "output " << k;
+  }
+}
+
+// A random op's values are a function of its "seed" attribute: the same seed
+// gives the same outputs, the next one outputs that differ almost everywhere.
+void check_seeding(const OpTestCase& row, const std::vector<Tensor>& outputs) {
+  ASSERT_TRUE(row.attrs.has("seed")) << "a random row must set the seed";
+  std::vector<Tensor> again = call(row.op, row.inputs, row.attrs);
+  Attrs next = row.attrs;
+  next.set("seed", row.attrs.get_int("seed") + 1);
+  std::vector<Tensor> other = call(row.op, row.inputs, next);
+  ASSERT_EQ(again.size(), outputs.size());
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    SCOPED_TRACE("output " + std::to_string(k));
+    std::vector<double> first = values_of(outputs[k]);
+    EXPECT_EQ(values_of(again[k]), first) << "the same seed gave other values";
+    std::vector<double> second = values_of(other[k]);
+    size_t same = 0;
+    for (size_t i = 0; i < first.size(); ++i) same += first[i] == second[i];
+    // A dropout mask keeps the same element with probability p^2 + (1 - p)^2
+    // >= 1/2; continuous draws almost never repeat.
+    EXPECT_LT(same, first.size() * 9 / 10 + 1) << "seeds differ but the values do not";
+  }
+}
+
 void check_forward(const OpTestCase& row) {
   std::vector<Tensor> outputs = call(row.op, row.inputs, row.attrs);
-  if (!row.reference) return;
+  if (!row.expected_shapes.empty()) check_shapes(row, outputs);
+  if (!row.reference) {
+    ASSERT_FALSE(row.expected_shapes.empty() || !row.check_random)
+        << "a row without a reference needs expected_shapes and check_random";
+    row.check_random(row.inputs, outputs);
+    check_seeding(row, outputs);
+    return;
+  }
   std::vector<Tensor> expected = row.reference(row.inputs);
   ASSERT_EQ(outputs.size(), expected.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -67,15 +107,13 @@ void check_gradient(const OpTestCase& row) {
   std::vector<Tensor> grads = op.gradient({row.inputs, outputs, cotangents, attrs});
   ASSERT_EQ(grads.size(), row.inputs.size()) << "one gradient per input";
 
-  std::vector<int> checked = row.grad_inputs;
-  if (checked.empty()) {
-    for (size_t i = 0; i < row.inputs.size(); ++i) {
-      if (row.inputs[i].dtype() == DType::kFloat64) checked.push_back(static_cast<int>(i));
-    }
-  }
+  std::vector<int> checked = gradient_checked_inputs(row);
+  ASSERT_FALSE(checked.empty())
+      << "the row checks no gradient: give it a float64 input or set check_gradient = false";
   constexpr double kEps = 1e-6;
   for (int i : checked) {
     SCOPED_TRACE("input " + std::to_string(i));
+    ASSERT_EQ(row.inputs[i].dtype(), DType::kFloat64) << "finite differences need float64";
     std::vector<double> x = values_of(row.inputs[i]);
     std::vector<double> analytic(x.size(), 0.0);
     if (grads[i].defined()) {
@@ -156,8 +194,10 @@ void check_on_cuda(const OpTestCase& row) {
   if (row.reference) {
     expect_same_values(cuda_out, cpu_out, tolerance);
   } else {
-    ASSERT_EQ(cuda_out.size(), cpu_out.size());
-    for (size_t k = 0; k < cpu_out.size(); ++k) EXPECT_EQ(cuda_out[k].shape(), cpu_out[k].shape());
+    // The same counter-based stream on both devices (Note [Counter-based
+    // random numbers]): randn up to each device's log and cos.
+    expect_same_values(cuda_out, cpu_out, tolerance);
+    if (row.check_random) row.check_random(row.inputs, cuda_out);
   }
   if (!row.check_gradient || !op.differentiable) return;
   SCOPED_TRACE("gradient");
@@ -196,13 +236,14 @@ class RowTest : public ::testing::Test {
 };
 
 // Verifies that every registered op has at least one row, and every
-// differentiable op a row that checks its gradient.
+// differentiable op a row whose gradient check checks some float64 input (a
+// row that checks none checks nothing and does not count).
 TEST(OpTableTest, EveryOpHasRows) {
   std::set<std::string> with_rows, with_gradient_rows;
   for (const auto& [family, rows] : registered_row_families()) {
     for (const OpTestCase& row : rows()) {
       with_rows.insert(row.op);
-      if (row.check_gradient) with_gradient_rows.insert(row.op);
+      if (!gradient_checked_inputs(row).empty()) with_gradient_rows.insert(row.op);
     }
   }
   for (const OpDef* op : Registry::global().all()) {
@@ -212,6 +253,19 @@ TEST(OpTableTest, EveryOpHasRows) {
           << "op '" << op->name << "' has no row checking its gradient";
     }
   }
+}
+
+// Verifies that a CUDA build has a CUDA kernel for every op: an op without
+// one fails on a GPU at the call ("has no kernel for cuda:0"), which the
+// *_cuda row tests only find on a machine with a GPU.
+TEST(OpTableTest, EveryOpHasACudaKernel) {
+#ifdef TANDEM_WITH_CUDA
+  for (const OpDef* op : Registry::global().all()) {
+    EXPECT_NE(op->cuda, nullptr) << "op '" << op->name << "' has no CUDA kernel";
+  }
+#else
+  GTEST_SKIP() << "this build has no CUDA kernels";
+#endif
 }
 
 void register_row_tests() {

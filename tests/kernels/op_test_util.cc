@@ -1,5 +1,6 @@
 #include "tests/kernels/op_test_util.h"
 
+#include <cmath>
 #include <random>
 
 #include "kernels/broadcast.h"
@@ -81,6 +82,41 @@ void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_toleranc
 Tensor on_device(const Tensor& t, Device device) {
   if (!t.defined() || t.device() == device) return t;
   return call1("to_device", {t}, {{"device", device.to_string()}});
+}
+
+std::vector<int> gradient_checked_inputs(const OpTestCase& row) {
+  if (!row.check_gradient) return {};
+  if (!row.grad_inputs.empty()) return row.grad_inputs;
+  std::vector<int> inputs;
+  for (size_t i = 0; i < row.inputs.size(); ++i) {
+    if (row.inputs[i].dtype() == DType::kFloat64) inputs.push_back(static_cast<int>(i));
+  }
+  return inputs;
+}
+
+Moments bernoulli(double p) {
+  // E[(x - p)^4] = p (1 - p)^4 + (1 - p) p^4.
+  return {.mean = p,
+          .variance = p * (1 - p),
+          .fourth = p * std::pow(1 - p, 4) + (1 - p) * std::pow(p, 4)};
+}
+
+void expect_moments(const std::vector<double>& samples, const Moments& m) {
+  ASSERT_GE(samples.size(), 2u) << "moments need a sample";
+  const double n = static_cast<double>(samples.size());
+  double sum = 0;
+  for (double x : samples) sum += x;
+  const double mean = sum / n;
+  double squares = 0;
+  for (double x : samples) squares += (x - mean) * (x - mean);
+  const double variance = squares / (n - 1);
+  constexpr double kStandardErrors = 6;
+  const double mean_bound = kStandardErrors * std::sqrt(m.variance / n);
+  const double variance_bound =
+      kStandardErrors * std::sqrt((m.fourth - m.variance * m.variance) / n);
+  EXPECT_NEAR(mean, m.mean, mean_bound) << "sample mean of " << samples.size() << " values";
+  EXPECT_NEAR(variance, m.variance, variance_bound)
+      << "sample variance of " << samples.size() << " values";
 }
 
 Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype) {

@@ -2,7 +2,8 @@
 // test file lists rows {op, inputs, attrs, reference, tolerance}; one generic
 // runner (op_table_test.cc) checks every row's forward result against its
 // independent reference and its gradient against central finite differences
-// in float64, and fails when a registered op has no row.
+// in float64, and fails when a registered op has no row, or a differentiable
+// op no row whose gradient check checks a float64 input.
 //
 //   TANDEM_OP_TEST_ROWS(elementwise_binary) {
 //     return {
@@ -23,6 +24,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/attrs.h"
+#include "kernels/registry.h"
 
 namespace tandem::kernels::testing {
 
@@ -35,14 +37,27 @@ struct OpTestCase {
   Attrs attrs;
   // Expected outputs, computed independently of the kernel under test (plain
   // loops over host values). Null only for ops whose values are random;
-  // then shapes and dtypes are still checked against `expected_shapes`.
+  // such a row gives `expected_shapes` and `check_random` instead.
   std::function<std::vector<Tensor>(const Inputs&)> reference;
   double tolerance = 1e-6;  // |actual - expected| <= tolerance * (1 + |expected|)
-  // Finite-difference check of the op's gradient; needs float64 inputs.
+  // The outputs' shapes and dtypes, checked when given (and required without
+  // a reference).
+  std::vector<TensorMeta> expected_shapes = {};
+  // For random ops: checks the outputs' values as a sample (expect_moments
+  // below), on every device the row runs on. The runner also checks that
+  // the op's "seed" attribute decides the values: the same seed gives the
+  // same outputs, the next seed different ones.
+  std::function<void(const Inputs&, const std::vector<Tensor>&)> check_random;
+  // Finite-difference check of the op's gradient; needs float64 inputs: a
+  // row that checks a gradient and has none fails.
   bool check_gradient = true;
   std::vector<int> grad_inputs = {};  // Inputs to check; empty: every float64 input.
   double grad_tolerance = 1e-5;
 };
+
+// The inputs whose gradients a row checks: `grad_inputs`, or every float64
+// input; empty when the row checks no gradient.
+std::vector<int> gradient_checked_inputs(const OpTestCase& row);
 
 using RowsFn = std::vector<OpTestCase> (*)();
 
@@ -66,6 +81,24 @@ Tensor result(std::vector<double> values, Shape shape, DType dtype = DType::kFlo
 // (forward only, with `f32_tolerance`): the float32 path is the fast one,
 // the float64 one is what finite differences can check.
 void add_both(std::vector<OpTestCase>& rows, OpTestCase row, double f32_tolerance = 1e-5);
+
+// The first four moments of a distribution, for expect_moments.
+struct Moments {
+  double mean;
+  double variance;
+  double fourth;  // E[(x - mean)^4], which sets how much the sample variance varies.
+};
+inline constexpr Moments kUniform01{.mean = 0.5, .variance = 1.0 / 12, .fourth = 1.0 / 80};
+inline constexpr Moments kStandardNormal{.mean = 0, .variance = 1, .fourth = 3};
+// The moments of a draw that is 1 with probability p and 0 otherwise.
+Moments bernoulli(double p);
+
+// Expects the sample mean and variance of `samples` to match `m` within
+// 6 standard errors of each estimate, sqrt(variance / n) for the mean and
+// sqrt((fourth - variance^2) / n) for the variance: a bound that tightens
+// with the sample size, so a small sample checks loosely and a large one
+// closely (a test with a fixed seed fails by chance with odds below 1e-8).
+void expect_moments(const std::vector<double>& samples, const Moments& m);
 
 // Reference helpers: elementwise maps over one or two broadcast operands.
 Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype = DType::kFloat64);

@@ -131,6 +131,25 @@ TEST(ReduceTest, UndefinedReductionsAreErrors) {
   EXPECT_THROW(call("mean", {tensor_of({1, 2}, {2}, DType::kInt64)}), Error);
 }
 
+// Verifies that argmax over a non-empty axis of an empty input gives an
+// empty result (the kernel divided by the zero stride of the empty axis:
+// SIGFPE), and that an extreme correction gives var's NaN or a value, not an
+// overflow of the degrees of freedom.
+TEST(ReduceTest, EmptyArgmaxAndExtremeCorrection) {
+  for (int64_t axis : {0, -1}) {
+    Tensor empty = tensor_of({}, axis == 0 ? Shape{3, 0} : Shape{0, 3});
+    Tensor index = call1("argmax", {empty}, {{"axis", axis}});
+    EXPECT_EQ(index.shape(), Shape{0});
+    EXPECT_TRUE(values_of(index).empty());
+  }
+  Tensor x = tensor_of({1, 2, 4}, {3});
+  EXPECT_TRUE(std::isnan(
+      values_of(call1("var", {x}, {{"correction", std::numeric_limits<int64_t>::max()}}))[0]));
+  double tiny =
+      values_of(call1("var", {x}, {{"correction", std::numeric_limits<int64_t>::min()}}))[0];
+  EXPECT_NEAR(tiny, 14.0 / 3 / 0x1p63, 1e-30);  // Squares 14/3 over 3 + 2^63 degrees.
+}
+
 // Verifies that a float32 sum of many values keeps float64-accumulated precision.
 TEST(ReduceTest, Float32SumAccumulatesInDouble) {
   std::vector<double> ones(1 << 20, 0.1);

@@ -276,6 +276,16 @@ TANDEM_OP_TEST_ROWS(shape) {
           {{"axis", int64_t{-1}}}, [](const Inputs& in) { return taken(in[0], in[1], 1); }));
   rows.push_back(row("take", "int32_values", {ints, tensor_of({1, 1, 0}, {3}, DType::kInt64)}, {},
                      [](const Inputs& in) { return taken(in[0], in[1], 0); }));
+  // embedding: take along axis 0 with indices in [0, rows) only.
+  rows.push_back(row("embedding", "lookup",
+                     {random_tensor({5, 3}, 41), tensor_of({4, 0, 2, 4}, {2, 2}, DType::kInt64)},
+                     {}, [](const Inputs& in) { return taken(in[0], in[1], 0); }));
+  rows.push_back(row("embedding", "scalar_index",
+                     {random_tensor({4, 2, 2}, 42), tensor_of({3}, {}, DType::kInt64)}, {},
+                     [](const Inputs& in) { return taken(in[0], in[1], 0); }));
+  rows.push_back(row("embedding", "no_indices",
+                     {random_tensor({3, 2}, 43), tensor_of({}, {0}, DType::kInt64)}, {},
+                     [](const Inputs& in) { return taken(in[0], in[1], 0); }));
   auto index_added = [](int axis) {
     return [axis](const Inputs& in) {
       Host x(in[0]), idx(in[1]), src(in[2]);
@@ -335,6 +345,13 @@ TANDEM_OP_TEST_ROWS(shape) {
                      {{"pads", Ints{1, 1, 0, 0}}, {"value", 7.0}}, padded({1, 1, 0, 0}, 7)));
   rows.push_back(row("pad", "int32", {ints}, {{"pads", Ints{0, 1, 1, 0}}, {"value", 9.0}},
                      padded({0, 1, 1, 0}, 9)));
+  // Pads wider than the input, on every side of a 4-D tensor: the gradient
+  // slices each axis back.
+  rows.push_back(row("pad", "wide_4d", {random_tensor({1, 2, 1, 2}, 44)},
+                     {{"pads", Ints{2, 0, 0, 3, 4, 1, 1, 5}}, {"value", 0.5}},
+                     padded({2, 0, 0, 3, 4, 1, 1, 5}, 0.5)));
+  rows.push_back(row("pad", "one_side", {random_tensor({3, 2}, 45)}, {{"pads", Ints{0, 4, 0, 0}}},
+                     padded({0, 4, 0, 0}, 0)));
 
   // expand.
   auto expanded = [](Shape shape) {
@@ -435,7 +452,8 @@ TEST(ShapeOpsTest, TakeErrors) {
   // The threaded engine throws at the read, the naive one at the call.
   what = error_of([&] { values_of(call("take", {x, tensor_of({1, 3}, {2}, DType::kInt64)})[0]); });
   EXPECT_THAT(what, HasSubstr("take"));
-  EXPECT_THAT(what, HasSubstr("index 3 is out of range for an axis of size 3"));
+  EXPECT_THAT(what, HasSubstr("index 3 is out of range for an axis of size 3 (axis 0 of shape "
+                              "[3, 2]; valid: -3 to 2)"));
   what = error_of([&] { values_of(call("take", {x, tensor_of({-4}, {1}, DType::kInt64)})[0]); });
   EXPECT_THAT(what, HasSubstr("index -4"));
   what = error_of([&] {
@@ -457,13 +475,62 @@ TEST(ShapeOpsTest, PadAndExpandErrors) {
   what = error_of([] {
     call("pad", {tensor_of({1}, {1}, DType::kInt32)}, {{"pads", Ints{1, 1}}, {"value", 0.5}});
   });
-  EXPECT_THAT(what, HasSubstr("value 0.5 is not representable as int32"));
+  EXPECT_THAT(what, HasSubstr("value 0.5 is not a value of int32"));
   what = error_of([&] { call("expand", {x}, {{"shape", Ints{4, 3}}}); });
   EXPECT_THAT(what, HasSubstr("expand"));
   EXPECT_THAT(
       what, HasSubstr("cannot expand [2, 3] to [4, 3]: dimension 2 at axis 0 is neither 1 nor 4"));
   what = error_of([&] { call("expand", {x}, {{"shape", Ints{3}}}); });
   EXPECT_THAT(what, HasSubstr("fewer dimensions"));
+}
+
+// Verifies that pads whose sum overflows int64 are an error at the call
+// (2 + INT64_MAX + INT64_MAX wrapped to 0, and the kernel wrote past its
+// output), and that pad's gradient, which slices the padding off, gives the
+// input's shape for the largest pads that fit.
+TEST(ShapeOpsTest, PadSizesAreChecked) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  Tensor x = random_tensor({2, 3}, 1);
+  std::string what = error_of([&] { call("pad", {x}, {{"pads", Ints{kMax, kMax, 0, 0}}}); });
+  EXPECT_THAT(what, HasSubstr("pad: axis 0 of [2, 3] padded by pads[0] overflows int64 (2 + "
+                              "9223372036854775807)"));
+  what = error_of([&] { call("pad", {x}, {{"pads", Ints{0, 0, 1, kMax}}}); });
+  EXPECT_THAT(what, HasSubstr("pad: axis 1 of [2, 3] padded by pads[2] and pads[3] overflows "
+                              "int64 (4 + 9223372036854775807)"));
+  Tensor empty = random_tensor({0, 3}, 2);
+  const Ints widest{0, 0, kMax - 4, 1};
+  Tensor padded = call1("pad", {empty}, {{"pads", widest}});
+  EXPECT_EQ(padded.shape(), (Shape{0, kMax}));
+  const OpDef& pad = Registry::global().get("pad");
+  Attrs attrs = resolve_attrs(pad, {{"pads", widest}});
+  std::vector<Tensor> grads = pad.gradient({{empty}, {padded}, {padded}, attrs});
+  EXPECT_EQ(grads[0].shape(), empty.shape());
+}
+
+// Verifies that embedding refuses every index outside [0, rows), -1 too
+// (take counts it from the end; a lookup table has no end), naming the op,
+// the index and the table's shape.
+TEST(ShapeOpsTest, EmbeddingIndicesAreBoundsChecked) {
+  Tensor weight = random_tensor({3, 2}, 1);
+  for (double bad : {-1.0, 3.0, -4.0, 1e18}) {
+    SCOPED_TRACE(bad);
+    std::string what = error_of([&] {
+      values_of(call1("embedding", {weight, tensor_of({0, bad}, {2}, DType::kInt64)}));
+    });
+    EXPECT_THAT(what, HasSubstr("embedding: index "));
+    EXPECT_THAT(what, HasSubstr(str_cat(static_cast<int64_t>(bad))));
+    EXPECT_THAT(
+        what,
+        HasSubstr("out of range for an axis of size 3 (axis 0 of shape [3, 2]; valid: 0 to 2)"));
+  }
+  EXPECT_THAT(error_of([&] {
+                call1("embedding", {weight, tensor_of({0}, {1}, DType::kInt32)});
+              }),
+              HasSubstr("indices must be int64, got int32"));
+  EXPECT_THAT(error_of([&] {
+                call1("embedding", {random_tensor({}, 1), tensor_of({0}, {1}, DType::kInt64)});
+              }),
+              HasSubstr("cannot index a scalar"));
 }
 
 // Verifies that split's gradient fills outputs without a gradient with zeros.
