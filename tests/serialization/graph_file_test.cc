@@ -185,6 +185,19 @@ TEST_F(BadGraphFile, BadAttributes) {
       {at, "op reshape", "cannot reshape"});
 }
 
+// Verifies that a graph whose attributes wrap a shape (pads of INT64_MAX:
+// 3 + INT64_MAX + INT64_MAX) is refused while parsing; it used to load, and
+// running it corrupted the heap. The file is the fuzz corpus's regression
+// seed, so the fuzzers replay it too.
+TEST(CraftedGraphFile, WrappedPadShapeIsAnErrorNotAHeapOverflow) {
+  const std::string path = std::string(TANDEM_TEST_DATA_DIR) +
+                           "/../fuzz/corpus/graph_json/regress_pad_int64_max.json";
+  const std::string text = read_text(path);
+  ASSERT_FALSE(text.empty()) << path;
+  expect_error([&] { serialization::parse_graph_json(bytes_of(text), "crafted.json"); },
+               {"crafted.json", "pad", "overflows"});
+}
+
 TEST_F(BadGraphFile, BadReferencesAndArity) {
   const size_t r = node_of("reshape");
   expect_bad([&](Json& j) { j["nodes"][r]["inputs"].push_back("w"); },
