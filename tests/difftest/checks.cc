@@ -29,16 +29,23 @@ namespace {
 namespace fs = std::filesystem;
 
 // Note [Judging an answer]
-// Every mode computes in float32, and may round differently from eager
-// where it fuses (a oneDNN post-op, a batch norm folded into a layer's
-// weights), so a mode's answer and eager's agree to a few float32 ulps of the
-// largest terms, not bit for bit: the first test below. But a model can be
-// ill-conditioned (a batch norm over two nearly equal values, a layer norm of
-// two features), and then it amplifies rounding far beyond any fixed
-// tolerance, in eager as much as in the graph. So an answer also passes when
-// it is about as close to the exact answer — the float64 model's, with the
-// float32 model's weights (model_spec.h) — as eager's is: within
-// kErrorRatio times eager's largest error, plus a floor. A wrong answer (a
+// A check is a procedure (call the model, train it, export it ...) that
+// yields named tensors: outputs, gradients, state after each call. It runs
+// on five models built from one spec (model_spec.h): eager float32, the mode
+// under test (float32: hybridized, exported, ...), the exact float64 model,
+// and two eager float32 models nudged by an ulp after every layer, which
+// take other rounding paths (Note [Jitter] in model_spec.cc). The mode
+// passes when each of its tensors
+//   - is within a few float32 ulps of the largest eager value (the modes may
+//     round differently where they fuse: a oneDNN post-op, a batch norm
+//     folded into a layer's weights), or
+//   - is about as close to the exact answer as float32 rounding gets on
+//     this model: within kErrorRatio times the largest error of eager
+//     float32 and of the jittered runs, plus a floor.
+// The second test is for ill-conditioned models (a batch norm over nearly
+// equal values, a layer norm of two features), which amplify rounding far
+// beyond any fixed tolerance, in eager as much as anywhere; the jittered
+// models measure that amplification rather than guess it. A wrong answer (a
 // bad fold, a lost update, a misplaced seed) misses both by orders of
 // magnitude.
 struct Tolerance {
@@ -47,6 +54,10 @@ struct Tolerance {
 };
 constexpr double kErrorRatio = 8;
 constexpr double kErrorFloor = 1e-6;  // Relative to the tensor's largest exact value.
+constexpr int kJittered = 2;
+
+// What one run of a check yields, in order.
+using Results = std::vector<std::pair<std::string, Tensor>>;
 
 std::vector<double> values_of(const Tensor& t) {
   return cast(t, DType::kFloat64).to_vector<double>();
@@ -69,10 +80,10 @@ double largest_error(const std::vector<double>& a, const std::vector<double>& b)
   return error;
 }
 
-// Whether `got` (a mode's answer) passes against `eager` (eager float32's)
-// and `exact` (the float64 model's); otherwise what differs, named `what`.
-std::optional<std::string> judge(const Tensor& got, const Tensor& eager, const Tensor& exact,
-                                 const std::string& what, Tolerance tolerance = {}) {
+// Whether `got` passes (Note [Judging an answer]); otherwise what differs.
+std::optional<std::string> judge(const std::string& what, const Tensor& got, const Tensor& eager,
+                                 const Tensor& exact, const std::vector<Tensor>& jittered,
+                                 Tolerance tolerance) {
   if (got.defined() != eager.defined()) {
     return str_cat(what, ": defined in ", got.defined() ? "this mode" : "eager", " only");
   }
@@ -91,196 +102,177 @@ std::optional<std::string> judge(const Tensor& got, const Tensor& eager, const T
   }
   if (first == a.size()) return std::nullopt;
   const std::vector<double> c = values_of(exact);
-  const double eager_error = largest_error(b, c), error = largest_error(a, c);
-  if (error <= kErrorRatio * eager_error + kErrorFloor * largest_finite(c)) return std::nullopt;
+  double rounding = largest_error(b, c);
+  for (const Tensor& j : jittered) rounding = std::max(rounding, largest_error(values_of(j), c));
+  const double error = largest_error(a, c);
+  if (error <= kErrorRatio * rounding + kErrorFloor * largest_finite(c)) return std::nullopt;
   return str_cat(what, " ", got.shape().to_string(), " differs at element ", first, ": ", a[first],
                  " vs ", b[first], " eager (", c[first], " exact); largest error ", error,
-                 " vs eager's ", eager_error);
+                 ", float32 rounding's ", rounding);
 }
 
-// The parameters and buffers of models built from one spec, pairwise.
-std::optional<std::string> state_differs(const nn::Module& got, const nn::Module& eager,
-                                         const nn::Module& exact, const std::string& when,
-                                         Tolerance tolerance = {}) {
-  const nn::StateDict a = got.state_dict(), b = eager.state_dict(), c = exact.state_dict();
-  for (const auto& [name, tensor] : b) {
-    if (auto d = judge(a.at(name), tensor, c.at(name), str_cat(when, " ", name), tolerance)) {
+// A check's procedure, run once on each model; `tested` says whether this
+// run is the mode under test or plain eager execution. Throws for what is
+// wrong whatever the values (a graph the passes do not leave as it was).
+using Procedure = std::function<Results(BuiltModel& model, bool tested)>;
+
+// Runs `procedure` on the five models of `spec` and judges every tensor the
+// tested run yields.
+std::optional<std::string> compare_runs(const ModelSpec& spec, const Procedure& procedure,
+                                        Tolerance tolerance = {}) {
+  BuiltModel eager = build(spec), tested = build(spec), exact = build(spec, DType::kFloat64);
+  const Results want = procedure(eager, false);
+  const Results got = procedure(tested, true);
+  const Results reference = procedure(exact, false);
+  std::vector<Results> jittered;
+  for (int j = 1; j <= kJittered; ++j) {
+    BuiltModel model = build(spec, DType::kFloat32, static_cast<uint64_t>(j));
+    jittered.push_back(procedure(model, false));
+  }
+  if (got.size() != want.size()) {
+    return str_cat("the mode yields ", got.size(), " results, eager ", want.size());
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    std::vector<Tensor> rounded;
+    for (const Results& r : jittered) rounded.push_back(r[i].second);
+    if (auto d = judge(got[i].first, got[i].second, want[i].second, reference[i].second, rounded,
+                       tolerance)) {
       return d;
     }
   }
   return std::nullopt;
-}
-
-std::optional<std::string> grads_differ(const nn::Module& got, const nn::Module& eager,
-                                        const nn::Module& exact, const std::string& when) {
-  const nn::NamedTensors a = got.named_parameters(), b = eager.named_parameters(),
-                         c = exact.named_parameters();
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (auto d = judge(a[i].second.grad(), b[i].second.grad(), c[i].second.grad(),
-                       str_cat(when, " gradient of ", b[i].first))) {
-      return d;
-    }
-  }
-  return std::nullopt;
-}
-
-// The float64 model's input: the same values (tokens stay int64).
-Tensor exact_input(const Tensor& x) {
-  return x.dtype() == DType::kFloat32 ? cast(x, DType::kFloat64) : x;
 }
 
 // Seeds derived from the model's, one per use, so each draw is reproducible.
 uint64_t seed_for(const ModelSpec& spec, uint64_t use) { return spec.seed * 1000003 + use; }
 
-Tensor target_for(const ModelSpec& spec, const Shape& output, uint64_t use) {
-  manual_seed(seed_for(spec, use));
-  return randn(Dims(output.begin(), output.end()));
+// `x` (made in float32, or tokens) as `model` takes it.
+Tensor input_for(const BuiltModel& model, const Tensor& x) {
+  return x.dtype() == DType::kFloat32 && model.dtype != x.dtype() ? cast(x, model.dtype) : x;
 }
 
-// The three models a check compares: eager float32, the mode under test
-// (float32) and the exact reference (float64), built from one spec.
-struct Models {
-  explicit Models(const ModelSpec& spec)
-      : eager(build(spec)), tested(build(spec)), exact(build(spec, DType::kFloat64)) {}
-  void eval() {
-    for (BuiltModel* m : {&eager, &tested, &exact}) m->model->eval();
+// A regression target of `output`'s shape, in `model`'s dtype.
+Tensor target_for(const ModelSpec& spec, const BuiltModel& model, uint64_t use) {
+  manual_seed(seed_for(spec, use));
+  return input_for(model, randn(Dims(model.output.begin(), model.output.end())));
+}
+
+// Every parameter and buffer, under `when`.
+void add_state(Results& results, const nn::Module& model, const std::string& when) {
+  for (const auto& [name, tensor] : model.state_dict()) {
+    results.emplace_back(str_cat(when, " ", name), tensor);
   }
-  BuiltModel eager, tested, exact;
-};
+}
 
 // The passes' contract on graphs they made: optimizing again changes
 // nothing (so it cannot change a value either).
-std::optional<std::string> optimizing_again_changes(const trace::Graph& optimized,
-                                                    const trace::OptimizeOptions& options,
-                                                    const std::string& what) {
+void expect_optimized(const trace::Graph& optimized, const trace::OptimizeOptions& options,
+                      const std::string& what) {
   trace::Graph again = optimized;
   trace::optimize(again, options);
   const std::string once = trace::to_text(optimized), twice = trace::to_text(again);
-  if (once == twice) return std::nullopt;
-  return str_cat("optimizing the ", what, " graph again changes it: once\n", once, "twice\n",
-                 twice);
+  TANDEM_CHECK(once == twice, "optimizing the ", what, " graph again changes it: once\n", once,
+               "twice\n", twice);
 }
 
 std::optional<std::string> check_inference(const ModelSpec& spec, const CheckOptions&) {
-  Models m(spec);
-  m.eval();
-  m.tested.model->hybridize();
-  NoGradGuard no_grad;
-  int call = 0;
-  for (int64_t batch : {spec.batch, spec.batch, spec.other_batch, spec.other_batch, spec.batch}) {
-    Tensor x = model_input(spec, batch, seed_for(spec, 10 + call));
-    if (auto d = judge((*m.tested.model)(x), m.eager.model->forward(x),
-                       m.exact.model->forward(exact_input(x)),
-                       str_cat("call ", call, " (batch ", batch, ") output"))) {
-      return d;
+  return compare_runs(spec, [&](BuiltModel& m, bool tested) {
+    m.model->eval();
+    if (tested) m.model->hybridize();
+    NoGradGuard no_grad;
+    Results results;
+    int call = 0;
+    for (int64_t batch : {spec.batch, spec.batch, spec.other_batch, spec.other_batch, spec.batch}) {
+      Tensor x = input_for(m, model_input(spec, batch, seed_for(spec, 10 + call)));
+      results.emplace_back(str_cat("call ", call, " (batch ", batch, ") output"),
+                           tested ? (*m.model)(x) : m.model->forward(x));
+      ++call;
     }
-    ++call;
-  }
-  return optimizing_again_changes(m.tested.model->hybrid_forward()->last_executor()->graph(), {},
-                                  "hybridized inference");
+    if (tested) {
+      expect_optimized(m.model->hybrid_forward()->last_executor()->graph(), {},
+                       "hybridized inference");
+    }
+    return results;
+  });
 }
 
 std::optional<std::string> check_training_forward(const ModelSpec& spec, const CheckOptions&) {
-  Models m(spec);
-  m.tested.model->hybridize();
-  NoGradGuard no_grad;
-  for (int call = 0; call < 3; ++call) {
-    Tensor x = model_input(spec, spec.batch, seed_for(spec, 20 + call));
-    // The same seeds for each, so that dropout draws the same masks.
-    manual_seed(seed_for(spec, 30 + call));
-    Tensor eager = m.eager.model->forward(x);
-    manual_seed(seed_for(spec, 30 + call));
-    Tensor got = (*m.tested.model)(x);
-    manual_seed(seed_for(spec, 30 + call));
-    Tensor exact = m.exact.model->forward(exact_input(x));
-    const std::string when = str_cat("call ", call);
-    if (auto d = judge(got, eager, exact, when + " output")) return d;
-    if (auto d = state_differs(*m.tested.model, *m.eager.model, *m.exact.model, "after " + when)) {
-      return d;
+  return compare_runs(spec, [&](BuiltModel& m, bool tested) {
+    if (tested) m.model->hybridize();
+    NoGradGuard no_grad;
+    Results results;
+    for (int call = 0; call < 3; ++call) {
+      Tensor x = input_for(m, model_input(spec, spec.batch, seed_for(spec, 20 + call)));
+      // The same seed for every model, so that dropout draws the same masks.
+      manual_seed(seed_for(spec, 30 + call));
+      results.emplace_back(str_cat("call ", call, " output"),
+                           tested ? (*m.model)(x) : m.model->forward(x));
+      add_state(results, *m.model, str_cat("after call ", call));
     }
-  }
-  return std::nullopt;
+    return results;
+  });
 }
 
 std::optional<std::string> check_gradients(const ModelSpec& spec, const CheckOptions&) {
-  Models m(spec);
-  m.tested.model->hybridize();
-  for (int call = 0; call < 2; ++call) {
-    const Tensor x = model_input(spec, spec.batch, seed_for(spec, 40 + call));
-    const Tensor target = target_for(spec, m.eager.output, 50 + call);
-    // Per model: its input (a leaf that requires grad, for float input) and
-    // its loss.
-    auto loss_of = [&](BuiltModel& model, bool hybridized, Tensor& input) {
-      input = model.model == m.exact.model ? exact_input(x) : x.snapshot();
-      if (!spec.tokens) input = input.detach().requires_grad_();
-      model.model->zero_grad();
+  return compare_runs(spec, [&](BuiltModel& m, bool tested) {
+    if (tested) m.model->hybridize();
+    Results results;
+    for (int call = 0; call < 2; ++call) {
+      Tensor x = input_for(m, model_input(spec, spec.batch, seed_for(spec, 40 + call)));
+      if (!spec.tokens) x = x.detach().requires_grad_();
+      const Tensor target = target_for(spec, m, 50 + call);
+      m.model->zero_grad();
       manual_seed(seed_for(spec, 60 + call));
-      Tensor y = hybridized ? (*model.model)(input) : model.model->forward(input);
-      return mse_loss(y, y.dtype() == target.dtype() ? target : cast(target, y.dtype()));
-    };
-    Tensor x_eager, x_tested, x_exact;
-    loss_of(m.eager, false, x_eager).backward();
-    loss_of(m.tested, true, x_tested).backward();
-    loss_of(m.exact, false, x_exact).backward();
-    const std::string when = str_cat("call ", call);
-    if (auto d = grads_differ(*m.tested.model, *m.eager.model, *m.exact.model, when)) return d;
-    if (!spec.tokens) {
-      if (auto d =
-              judge(x_tested.grad(), x_eager.grad(), x_exact.grad(), when + " input gradient")) {
-        return d;
+      mse_loss(tested ? (*m.model)(x) : m.model->forward(x), target).backward();
+      const std::string when = str_cat("call ", call);
+      for (const auto& [name, p] : m.model->named_parameters()) {
+        results.emplace_back(str_cat(when, " gradient of ", name), p.grad());
       }
+      if (!spec.tokens) results.emplace_back(when + " input gradient", x.grad());
+      add_state(results, *m.model, "after " + when);
     }
-    if (auto d = state_differs(*m.tested.model, *m.eager.model, *m.exact.model, "after " + when)) {
-      return d;
-    }
-  }
-  return std::nullopt;
+    return results;
+  });
 }
 
 using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
 
 std::optional<std::string> check_training(const ModelSpec& spec, const CheckOptions& options,
                                           const MakeOptimizer& make_optimizer) {
-  Models m(spec);
-  if (m.eager.model->parameters().empty()) return std::nullopt;  // Nothing to train.
-  std::unique_ptr<optim::Optimizer> eager_opt = make_optimizer(m.eager.model->parameters());
-  std::unique_ptr<optim::Optimizer> tested_opt = make_optimizer(m.tested.model->parameters());
-  std::unique_ptr<optim::Optimizer> exact_opt = make_optimizer(m.exact.model->parameters());
-  auto step = [](nn::Module& model, optim::Optimizer& opt, const std::vector<Tensor>& batch) {
-    opt.zero_grad();
-    Tensor loss = mse_loss(model.forward(batch[0]), batch[1]);
-    loss.backward();
-    opt.step();
-    return std::vector<Tensor>{loss};
-  };
-  HybridFunction hybrid_step(
-      [&](const std::vector<Tensor>& batch) { return step(*m.tested.model, *tested_opt, batch); },
-      {.warn_after_traces = 0, .name = "difftest_step"});
+  if (build(spec).model->parameters().empty()) return std::nullopt;  // Nothing to train.
   // Training moves the weights by a few learning rates, so the tolerance is
   // wider than for one call.
   const Tolerance tolerance{.rtol = 1e-3, .atol = 1e-4};
-  for (int s = 0; s < options.training_steps; ++s) {
-    Tensor x = model_input(spec, spec.batch, seed_for(spec, 70 + s));
-    Tensor target = target_for(spec, m.eager.output, 80 + s);
-    manual_seed(seed_for(spec, 90 + s));
-    Tensor eager = step(*m.eager.model, *eager_opt, {x, target})[0];
-    manual_seed(seed_for(spec, 90 + s));
-    Tensor got = hybrid_step({x, target})[0];
-    manual_seed(seed_for(spec, 90 + s));
-    Tensor exact =
-        step(*m.exact.model, *exact_opt, {exact_input(x), cast(target, DType::kFloat64)})[0];
-    const std::string when = str_cat("step ", s);
-    if (auto d = judge(got, eager, exact, when + " loss", tolerance)) return d;
-    if (auto d = state_differs(*m.tested.model, *m.eager.model, *m.exact.model, "after " + when,
-                               tolerance)) {
-      return d;
-    }
-  }
-  if (hybrid_step.stats().traces != 1) {
-    return str_cat("the training step traced ", hybrid_step.stats().traces,
-                   " times for one signature");
-  }
-  return optimizing_again_changes(hybrid_step.last_executor()->graph(), {}, "training step");
+  return compare_runs(
+      spec,
+      [&](BuiltModel& m, bool tested) {
+        std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(m.model->parameters());
+        auto step = [&](const std::vector<Tensor>& batch) {
+          optimizer->zero_grad();
+          Tensor loss = mse_loss(m.model->forward(batch[0]), batch[1]);
+          loss.backward();
+          optimizer->step();
+          return std::vector<Tensor>{loss};
+        };
+        HybridFunction hybrid_step(step, {.warn_after_traces = 0, .name = "difftest_step"});
+        Results results;
+        for (int s = 0; s < options.training_steps; ++s) {
+          const std::vector<Tensor> batch{
+              input_for(m, model_input(spec, spec.batch, seed_for(spec, 70 + s))),
+              target_for(spec, m, 80 + s)};
+          manual_seed(seed_for(spec, 90 + s));
+          results.emplace_back(str_cat("step ", s, " loss"),
+                               tested ? hybrid_step(batch)[0] : step(batch)[0]);
+          add_state(results, *m.model, str_cat("after step ", s));
+        }
+        if (tested) {
+          TANDEM_CHECK(hybrid_step.stats().traces == 1, "the training step traced ",
+                       hybrid_step.stats().traces, " times for one signature");
+          expect_optimized(hybrid_step.last_executor()->graph(), {}, "training step");
+        }
+        return results;
+      },
+      tolerance);
 }
 
 std::optional<std::string> check_train_sgd(const ModelSpec& spec, const CheckOptions& options) {
@@ -311,6 +303,7 @@ class ScratchModel {
     fs::remove_all(dir_, ignored);
   }
   std::string path() const { return (dir_ / "model").string(); }
+  fs::path dir() const { return dir_; }
 
  private:
   fs::path dir_;
@@ -320,7 +313,6 @@ class ScratchModel {
 // batch size and exported to `files`.
 LoadedModel export_and_load(const ModelSpec& spec, const BuiltModel& model,
                             const ScratchModel& files) {
-  model.model->eval();
   {
     NoGradGuard no_grad;
     model.model->hybridize();
@@ -331,67 +323,76 @@ LoadedModel export_and_load(const ModelSpec& spec, const BuiltModel& model,
 }
 
 std::optional<std::string> check_export(const ModelSpec& spec, const CheckOptions& options) {
-  Models m(spec);
-  m.eval();
-  ScratchModel files(options, spec);
-  LoadedModel loaded = export_and_load(spec, m.tested, files);
-  NoGradGuard no_grad;
-  int call = 0;
-  for (int64_t batch : {spec.batch, spec.other_batch, spec.batch}) {
-    Tensor x = model_input(spec, batch, seed_for(spec, 110 + call));
-    std::vector<Tensor> got = loaded.run({x});
-    if (got.size() != 1) return str_cat("the loaded model returned ", got.size(), " outputs");
-    if (auto d = judge(got[0], m.eager.model->forward(x), m.exact.model->forward(exact_input(x)),
-                       str_cat("loaded model, call ", call, " (batch ", batch, ") output"))) {
-      return d;
+  return compare_runs(spec, [&](BuiltModel& m, bool tested) {
+    m.model->eval();
+    std::optional<ScratchModel> files;
+    std::optional<LoadedModel> loaded;
+    if (tested) {
+      files.emplace(options, spec);
+      loaded = export_and_load(spec, m, *files);
     }
-    ++call;
-  }
-  return std::nullopt;
+    NoGradGuard no_grad;
+    Results results;
+    int call = 0;
+    for (int64_t batch : {spec.batch, spec.other_batch, spec.batch}) {
+      Tensor x = input_for(m, model_input(spec, batch, seed_for(spec, 110 + call)));
+      Tensor y = m.model->forward(x);
+      if (tested) {
+        std::vector<Tensor> outputs = loaded->run({x});
+        TANDEM_CHECK(outputs.size() == 1, "the loaded model returned ", outputs.size(), " outputs");
+        y = outputs[0];
+      }
+      results.emplace_back(str_cat("loaded model, call ", call, " (batch ", batch, ") output"), y);
+      ++call;
+    }
+    return results;
+  });
 }
 
 std::optional<std::string> check_reoptimize(const ModelSpec& spec, const CheckOptions& options) {
-  Models m(spec);
-  m.eval();
-  ScratchModel files(options, spec);
-  LoadedModel loaded = export_and_load(spec, m.tested, files);
-  const serialization::GraphFile& file = loaded.file();
-  const serialization::ParamsFile params = serialization::read_params(
-      (fs::path(files.path()).parent_path() / file.params_file).string());
-  NoGradGuard no_grad;
-  const Tensor x = model_input(spec, spec.batch, seed_for(spec, 120));
-  const Tensor eager = m.eager.model->forward(x);
-  const Tensor exact = m.exact.model->forward(exact_input(x));
-
-  // The graph as exported, its parameters passed as inputs...
-  std::vector<Tensor> inputs{x};
-  for (const serialization::NamedTensor& t : params.tensors) inputs.push_back(t.tensor);
-  if (auto d = judge(trace::Executor(file.graph).run(inputs)[0], eager, exact,
-                     "exported graph, output")) {
-    return d;
-  }
-  // ... optimized once more as a training graph (parameters still inputs),
-  trace::Graph again = file.graph;
-  trace::optimize(again);
-  if (auto d = judge(trace::Executor(again).run(inputs)[0], eager, exact,
-                     "exported graph optimized again, output")) {
-    return d;
-  }
-  // ... and for inference with them as constants, as a loader does, once
-  // and then a second time, which must change nothing.
-  trace::Graph constant = file.graph;
-  size_t next = 0;
-  for (trace::GraphInput& input : constant.inputs) {
-    if (input.kind == trace::InputKind::kData) continue;
-    input.kind = trace::InputKind::kConstant;
-    input.constant = params.tensors[next++].tensor;
-  }
-  trace::optimize(constant, {.inference = true});
-  if (auto d = judge(trace::Executor(constant).run({x})[0], eager, exact,
-                     "exported graph optimized for inference, output")) {
-    return d;
-  }
-  return optimizing_again_changes(constant, {.inference = true}, "loaded");
+  return compare_runs(spec, [&](BuiltModel& m, bool tested) {
+    m.model->eval();
+    NoGradGuard no_grad;
+    const Tensor x = input_for(m, model_input(spec, spec.batch, seed_for(spec, 120)));
+    const std::vector<std::string> variants = {
+        "exported graph", "exported graph optimized again",
+        "exported graph optimized for inference (as loaded)"};
+    Results results;
+    if (!tested) {
+      const Tensor y = m.model->forward(x);
+      for (const std::string& variant : variants) results.emplace_back(variant + ", output", y);
+      return results;
+    }
+    ScratchModel files(options, spec);
+    LoadedModel loaded = export_and_load(spec, m, files);
+    const serialization::GraphFile& file = loaded.file();
+    const serialization::ParamsFile params =
+        serialization::read_params((files.dir() / file.params_file).string());
+    // The graph as exported, its parameters passed as inputs; optimized
+    // once more as a training graph (parameters still inputs); and for
+    // inference with them as constants, as a loader does, after which a
+    // second optimization must change nothing.
+    std::vector<Tensor> inputs{x};
+    for (const serialization::NamedTensor& t : params.tensors) inputs.push_back(t.tensor);
+    trace::Graph again = file.graph;
+    trace::optimize(again);
+    trace::Graph constant = file.graph;
+    size_t next = 0;
+    for (trace::GraphInput& input : constant.inputs) {
+      if (input.kind == trace::InputKind::kData) continue;
+      input.kind = trace::InputKind::kConstant;
+      input.constant = params.tensors[next++].tensor;
+    }
+    trace::optimize(constant, {.inference = true});
+    expect_optimized(constant, {.inference = true}, "loaded");
+    const Tensor outputs[] = {trace::Executor(file.graph).run(inputs)[0],
+                              trace::Executor(again).run(inputs)[0],
+                              trace::Executor(constant).run({x})[0]};
+    for (size_t v = 0; v < variants.size(); ++v) {
+      results.emplace_back(variants[v] + ", output", outputs[v]);
+    }
+    return results;
+  });
 }
 
 // Starting a process costs more than every other check of a model together,
@@ -400,25 +401,27 @@ constexpr uint64_t kOneInOtherProcess = 8;
 
 std::optional<std::string> check_other_process(const ModelSpec& spec, const CheckOptions& options) {
   if (spec.seed % kOneInOtherProcess != 0) return std::nullopt;
-  Models m(spec);
-  m.eval();
-  ScratchModel files(options, spec);
-  LoadedModel loaded = export_and_load(spec, m.tested, files);
-  const fs::path dir = fs::path(files.path()).parent_path();
-  NoGradGuard no_grad;
-  const Tensor x = model_input(spec, spec.other_batch, seed_for(spec, 130));
-  serialization::write_npy((dir / "x.npy").string(), x);
-  const std::string command =
-      str_cat(TANDEM_RUN_PATH, " '", files.path(), ".json' --input '", (dir / "x.npy").string(),
-              "' --output '", (dir / "out").string(), "' > '", (dir / "log").string(), "' 2>&1");
-  if (std::system(command.c_str()) != 0) {
-    std::ifstream log(dir / "log");
-    return str_cat("tandem-run failed: ", std::string(std::istreambuf_iterator<char>(log), {}));
-  }
-  const Tensor got =
-      serialization::read_npy((dir / "out" / (loaded.outputs()[0].name + ".npy")).string());
-  return judge(got, m.eager.model->forward(x), m.exact.model->forward(exact_input(x)),
-               str_cat("tandem-run (batch ", spec.other_batch, ") output"));
+  return compare_runs(spec, [&](BuiltModel& m, bool tested) {
+    m.model->eval();
+    NoGradGuard no_grad;
+    const Tensor x = model_input(spec, spec.other_batch, seed_for(spec, 130));
+    const std::string what = str_cat("tandem-run (batch ", spec.other_batch, ") output");
+    if (!tested) return Results{{what, m.model->forward(input_for(m, x))}};
+    ScratchModel files(options, spec);
+    LoadedModel loaded = export_and_load(spec, m, files);
+    const fs::path dir = files.dir();
+    serialization::write_npy((dir / "x.npy").string(), x);
+    const std::string command =
+        str_cat(TANDEM_RUN_PATH, " '", files.path(), ".json' --input '", (dir / "x.npy").string(),
+                "' --output '", (dir / "out").string(), "' > '", (dir / "log").string(), "' 2>&1");
+    if (std::system(command.c_str()) != 0) {
+      std::ifstream log(dir / "log");
+      TANDEM_CHECK(false,
+                   "tandem-run failed: ", std::string(std::istreambuf_iterator<char>(log), {}));
+    }
+    return Results{{what, serialization::read_npy(
+                              (dir / "out" / (loaded.outputs()[0].name + ".npy")).string())}};
+  });
 }
 
 using Check = std::optional<std::string> (*)(const ModelSpec&, const CheckOptions&);

@@ -8,6 +8,7 @@
 #include "eager/autograd.h"
 #include "eager/nn/nn.h"
 #include "eager/ops.h"
+#include "kernels/dispatch.h"
 
 namespace tandem::difftest {
 namespace {
@@ -49,6 +50,53 @@ class Residual : public nn::Module {
   std::shared_ptr<nn::Sequential> body_;
 };
 
+// Note [Jitter]
+// y = x * (1 + u 2^-23), u uniform in [-1, 1) per element and call: on a
+// float32 model, a nudge of about one ulp to every layer's output, so that
+// the rest of the model runs down another rounding path, as fused or
+// reordered arithmetic would. A few jittered runs show how far rounding
+// alone moves this model's answers (the checks' yardstick, Note [Judging an
+// answer] in checks.cc). Its draws have seeds of their own, so the global
+// generator, and with it dropout's masks, is left as the other models have
+// it.
+class Jitter : public nn::Module {
+ public:
+  explicit Jitter(uint64_t seed) : seed_(seed) {}
+  Tensor forward(const Tensor& x) override {
+    const Dims dims(x.shape().begin(), x.shape().end());
+    Tensor u = kernels::call1(
+        "rand", {},
+        {{"shape", dims},
+         {"dtype", x.dtype()},
+         {"seed", static_cast<int64_t>((seed_ + 0x9e3779b97f4a7c15ULL * calls_++) >> 1)}});
+    return mul(x, add(mul(sub(mul(u, 2.0), 1.0), 0x1p-23), 1.0));
+  }
+  std::string type_name() const override { return "Jitter"; }
+
+ private:
+  uint64_t seed_;
+  uint64_t calls_ = 0;
+};
+
+// What building one model carries along.
+struct Context {
+  DType dtype;
+  uint64_t jitter;  // 0: none; else Note [Jitter] after every layer, seeded from it.
+  BuiltModel& model;
+  uint64_t jitters = 0;  // Made so far.
+};
+
+// Appends `layer` to `sequential` as entry `index` (its usual name), and a
+// Jitter after it when the model is jittered, under a name of its own so that
+// the layers' names stay those of the model without.
+void append(nn::Sequential& sequential, size_t index, std::shared_ptr<nn::Module> layer,
+            Context& context) {
+  sequential.push_back(std::to_string(index), std::move(layer));
+  if (context.jitter == 0) return;
+  const uint64_t seed = context.jitter * 0x9e3779b97f4a7c15ULL + (context.jitters++ << 20);
+  sequential.push_back(str_cat("jitter", index), std::make_shared<Jitter>(seed));
+}
+
 std::string shape_text(const Shape& shape) { return shape.to_string(); }
 
 std::string dims_text(absl::Span<const int64_t> dims) {
@@ -77,19 +125,18 @@ struct Layer {
   std::string code;  // One expression, lines after the first indented by `indent`.
 };
 
-Layer build_layer(const LayerSpec& spec, const Shape& in, DType dtype, int indent,
-                  BuiltModel& model);
+Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& context);
 
 // The children of a block in order, as a Sequential.
-Layer build_sequence(const std::vector<LayerSpec>& specs, const Shape& in, DType dtype, int indent,
-                     BuiltModel& model) {
+Layer build_sequence(const std::vector<LayerSpec>& specs, const Shape& in, int indent,
+                     Context& context) {
   auto sequential = std::make_shared<nn::Sequential>();
   Shape shape = in;
   const std::string pad(static_cast<size_t>(indent + 4), ' ');
   std::string code = "nn::Sequential(";
   for (size_t i = 0; i < specs.size(); ++i) {
-    Layer child = build_layer(specs[i], shape, dtype, indent + 4, model);
-    sequential->push_back(child.module);
+    Layer child = build_layer(specs[i], shape, indent + 4, context);
+    append(*sequential, i, child.module, context);
     shape = child.output;
     code += str_cat("\n", pad, child.code, i + 1 < specs.size() ? "," : "", "  // -> ",
                     shape_text(shape));
@@ -98,8 +145,9 @@ Layer build_sequence(const std::vector<LayerSpec>& specs, const Shape& in, DType
   return {sequential, shape, code};
 }
 
-Layer build_layer(const LayerSpec& spec, const Shape& in, DType dtype, int indent,
-                  BuiltModel& model) {
+Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& context) {
+  const DType dtype = context.dtype;
+  BuiltModel& model = context.model;
   const int rank = in.rank();
   const int64_t last = rank > 0 ? in[rank - 1] : 0;
   const int64_t channels = rank > 1 ? in[1] : 0;
@@ -212,9 +260,9 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, DType dtype, int inden
     case LayerKind::kEmbedding:
       TANDEM_CHECK(false, "an Embedding comes only first, on token input (build())");
     case LayerKind::kSequential:
-      return build_sequence(spec.children, in, dtype, indent, model);
+      return build_sequence(spec.children, in, indent, context);
     case LayerKind::kResidual: {
-      Layer body = build_sequence(spec.children, in, dtype, indent, model);
+      Layer body = build_sequence(spec.children, in, indent, context);
       TANDEM_CHECK(body.output == in, "a residual body must keep the shape ", in.to_string(),
                    ", its output is ", body.output.to_string());
       auto body_module = std::static_pointer_cast<nn::Sequential>(body.module);
@@ -234,9 +282,11 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, DType dtype, int inden
   return {module, out, code};
 }
 
-BuiltModel build_modules(const ModelSpec& spec, DType dtype) {
+BuiltModel build_modules(const ModelSpec& spec, DType dtype, uint64_t jitter) {
   manual_seed(spec.seed);
   BuiltModel model;
+  model.dtype = dtype;
+  Context context{dtype, jitter, model};
   model.model = std::make_shared<nn::Sequential>();
   Dims dims{spec.batch};
   dims.insert(dims.end(), spec.input.begin(), spec.input.end());
@@ -252,9 +302,9 @@ BuiltModel build_modules(const ModelSpec& spec, DType dtype) {
       built = {embedding, out, str_cat("nn::Embedding(", spec.vocab, ", ", layer.out, ")")};
     } else {
       TANDEM_CHECK(!(spec.tokens && i == 0), "token input needs an Embedding first");
-      built = build_layer(layer, shape, dtype, 4, model);
+      built = build_layer(layer, shape, 4, context);
     }
-    model.model->push_back(built.module);
+    append(*model.model, i, built.module, context);
     shape = built.output;
     body += str_cat("\n    ", built.code, i + 1 < spec.layers.size() ? "," : "", "  // -> ",
                     shape_text(shape));
@@ -275,12 +325,12 @@ BuiltModel build_modules(const ModelSpec& spec, DType dtype) {
 
 }  // namespace
 
-BuiltModel build(const ModelSpec& spec, DType dtype) {
+BuiltModel build(const ModelSpec& spec, DType dtype, uint64_t jitter) {
   if (dtype != DType::kFloat32) {
     // The float32 model's values in another dtype: build the modules, then
     // load the float32 model's state converted.
     BuiltModel single = build(spec);
-    BuiltModel model = build_modules(spec, dtype);
+    BuiltModel model = build_modules(spec, dtype, jitter);
     nn::StateDict state;
     for (const auto& [name, tensor] : single.model->state_dict()) {
       state.insert(name, cast(tensor, dtype));
@@ -288,7 +338,7 @@ BuiltModel build(const ModelSpec& spec, DType dtype) {
     model.model->load_state_dict(state);
     return model;
   }
-  return build_modules(spec, dtype);
+  return build_modules(spec, dtype, jitter);
 }
 
 Tensor model_input(const ModelSpec& spec, int64_t batch, uint64_t seed) {
@@ -456,7 +506,8 @@ Shape add_layers(Draw& draw, std::vector<LayerSpec>& layers, Shape shape, int64_
         if (layer.children.empty()) continue;
       }
       try {
-        Shape out = build_layer(layer, shape, DType::kFloat32, 0, scratch).output;
+        Context context{DType::kFloat32, 0, scratch};
+        Shape out = build_layer(layer, shape, 0, context).output;
         // Keep models small and every axis non-empty.
         if (out.numel() == 0 || out.numel() > 4096) continue;
         layers.push_back(std::move(layer));

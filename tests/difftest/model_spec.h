@@ -76,8 +76,9 @@ ModelSpec random_model(uint64_t seed);
 
 struct BuiltModel {
   std::shared_ptr<nn::Sequential> model;
-  Shape output;      // At spec.batch.
-  std::string code;  // The model as C++, with the spec's seed and shapes.
+  DType dtype = DType::kFloat32;  // Of its parameters and float inputs.
+  Shape output;                   // At spec.batch.
+  std::string code;               // The model as C++, with the spec's seed and shapes.
   bool has_dropout = false;
   bool has_batch_norm = false;
 };
@@ -87,8 +88,12 @@ struct BuiltModel {
 // when a layer does not fit the shape that reaches it. With `dtype` float64,
 // the same model in float64: its parameters and buffers are the float32
 // model's, converted, so it computes what the float32 model would without
-// rounding (the checks' reference for how exact an answer can be).
-BuiltModel build(const ModelSpec& spec, DType dtype = DType::kFloat32);
+// rounding (the checks' reference for how exact an answer can be). A
+// non-zero `jitter` seeds a nudge of about a float32 ulp after every layer
+// (Note [Jitter] in model_spec.cc): another rounding path through the same
+// model, which shows how far rounding alone moves its answers. Layers keep
+// their names.
+BuiltModel build(const ModelSpec& spec, DType dtype = DType::kFloat32, uint64_t jitter = 0);
 
 // An input of `batch` rows: normal floats, or tokens in [0, vocab).
 Tensor model_input(const ModelSpec& spec, int64_t batch, uint64_t seed);
