@@ -1,4 +1,4 @@
-// The op registry: every op, defined once (shared/DESIGN.md "One op, one place").
+// The op registry: every op, defined once (docs/design.md, "One op, one place").
 //
 // An op family file (kernels/ops/<family>.cc) registers its ops side by side:
 //

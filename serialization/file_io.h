@@ -10,7 +10,7 @@
 // allocated, and errors name the path. A path holding a NUL byte is refused
 // rather than cut short at it. Writing never truncates the
 // destination in place: a failed or interrupted save, even a killed process,
-// leaves the old file byte for byte (shared/RELIABILITY.md F08), and no
+// leaves the old file byte for byte, and no
 // temporary file behind (Note [Atomic writes]).
 #pragma once
 
@@ -58,7 +58,7 @@ class MemorySource final : public ByteSource {
 // header first and each tensor into its own storage). Symbolic links are not
 // followed when `no_follow` is true. The file is opened once and checked on
 // the open descriptor, so it cannot be swapped between check and read
-// (shared/RELIABILITY.md F07); opening never blocks, even on a FIFO.
+//; opening never blocks, even on a FIFO.
 class InputFile final : public ByteSource {
  public:
   explicit InputFile(const std::string& path, bool no_follow = false);

@@ -11,7 +11,7 @@
 // another control character (U+0000..U+001F, U+007F), and at most
 // kMaxFileNameBytes bytes once the extension is added. Checked this way, a
 // hostile file cannot make Tandem read or write outside the folder it was
-// given (shared/RELIABILITY.md F01-F06).
+// given.
 #pragma once
 
 #include <cstddef>

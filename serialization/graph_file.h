@@ -9,7 +9,7 @@
 // A GraphFile is the graph exactly as the file states it: data inputs first,
 // then the parameters, buffers and constants (kState inputs, whose values
 // live in the params file), nodes in execution order, and outputs. Parsing
-// trusts no byte (shared/RELIABILITY.md B.1): the JSON is parsed with a depth
+// trusts no byte: the JSON is parsed with a depth
 // limit and duplicate keys refused; the ops the file lists are all looked up
 // before anything else; every reference, attribute, arity, shape and dtype is
 // checked, and each node's declared output shapes must equal what its op

@@ -12,7 +12,7 @@
 // file. Writing is deterministic (the same tensors give the same bytes) and
 // atomic (serialization/file_io.h).
 //
-// Reading trusts no byte (shared/RELIABILITY.md B.2): every count, length,
+// Reading trusts no byte: every count, length,
 // offset and shape is checked against the file's size with checked
 // arithmetic before anything is allocated, and a bad file throws
 // tandem::Error naming the file, the byte offset, the tensor and what is

@@ -1,4 +1,4 @@
-// Executor: replays a graph on the engine (shared/DESIGN.md, "Replay").
+// Executor: replays a graph on the engine (docs/design.md, "Replay").
 //
 //   trace::Executor exec(std::move(graph));
 //   std::vector<Tensor> out = exec.run({x, weight, bias});  // returns at once

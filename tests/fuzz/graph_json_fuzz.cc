@@ -1,5 +1,5 @@
 // libFuzzer target: serialization::parse_graph_json on arbitrary bytes
-// (shared/RELIABILITY.md B.1 and C.2; how to run it: tests/fuzz/README.md).
+// (docs/security.md; how to run it: tests/fuzz/README.md).
 //
 // Every input must end in one of two ways: a GraphFile, or a tandem::Error
 // saying what is wrong with the file. Anything else is a finding: another

@@ -1,5 +1,5 @@
 // libFuzzer target: a whole model, graph file and params file, loaded with
-// tandem::load and run once (shared/RELIABILITY.md B.1, B.2 and C.2; how to
+// tandem::load and run once (docs/security.md; how to
 // run it: tests/fuzz/README.md).
 //
 // An input is the graph file's length as 4 bytes little-endian, the graph

@@ -1,5 +1,5 @@
 // libFuzzer target: serialization::parse_params on arbitrary bytes
-// (shared/RELIABILITY.md B.2 and C.2; how to run it: tests/fuzz/README.md).
+// (docs/security.md; how to run it: tests/fuzz/README.md).
 //
 // Every input must end in a ParamsFile or a tandem::Error; anything else
 // (another exception type, a crash, a sanitizer report, a leak, a timeout, a

@@ -1,4 +1,4 @@
-// Table rows for op tests (shared/STYLE.md principle 13): each op family's
+// Table rows for op tests: each op family's
 // test file lists rows {op, inputs, attrs, reference, tolerance}; one generic
 // runner (op_table_test.cc) checks every row's forward result against its
 // independent reference and its gradient against central finite differences

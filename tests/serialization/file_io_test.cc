@@ -1,7 +1,7 @@
 // Files from and to disk (serialization/file_io.h): only regular files are
 // read, symbolic links are refused on request, sizes are capped, and an
 // atomic write either replaces the file whole or leaves it as it was, with no
-// temporary file behind (shared/RELIABILITY.md B.3).
+// temporary file behind.
 #include "serialization/file_io.h"
 
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// Bad graph files (shared/RELIABILITY.md B.1, B.3): each gets a tandem::Error
+// Bad graph files (docs/security.md): each gets a tandem::Error
 // naming the file, the place and the problem; never a crash.
 #include "serialization/graph_file.h"
 
@@ -190,8 +190,8 @@ TEST_F(BadGraphFile, BadAttributes) {
 // running it corrupted the heap. The file is the fuzz corpus's regression
 // seed, so the fuzzers replay it too.
 TEST(CraftedGraphFile, WrappedPadShapeIsAnErrorNotAHeapOverflow) {
-  const std::string path = std::string(TANDEM_TEST_DATA_DIR) +
-                           "/../fuzz/corpus/graph_json/regress_pad_int64_max.json";
+  const std::string path =
+      std::string(TANDEM_TEST_DATA_DIR) + "/../fuzz/corpus/graph_json/regress_pad_int64_max.json";
   const std::string text = read_text(path);
   ASSERT_FALSE(text.empty()) << path;
   expect_error([&] { serialization::parse_graph_json(bytes_of(text), "crafted.json"); },

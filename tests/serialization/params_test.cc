@@ -1,6 +1,6 @@
 // The params file (serialization/params.h): the writer produces exactly the
 // layout of serialization/FORMAT.md, every dtype and shape round-trips, and
-// every malformed file (shared/RELIABILITY.md B.2) is a tandem::Error naming
+// every malformed file is a tandem::Error naming
 // the file, the byte offset and the problem, from the file and from memory.
 #include "serialization/params.h"
 
