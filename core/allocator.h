@@ -11,13 +11,17 @@
 // list per size class and serve the next request of that class without a
 // system call. Size classes are multiples of 64 bytes up to 512 bytes, then
 // four classes per power of two, so a block is at most 25% larger than asked.
-// When a request would exceed the limit or the system refuses it, the cache
-// is released and the request retried once before it fails with a
-// tandem::Error that names the device, the size and the memory in use.
+// A block nobody asked for in a while goes back to the system (Note
+// [Releasing unused blocks] in allocator.cc). When a request would exceed
+// the limit or the system refuses it, the cache is released and the request
+// retried once before it fails with a tandem::Error that names the device,
+// the size and the memory in use.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/device.h"
 
@@ -34,6 +38,7 @@ struct AllocatorStats {
   size_t limit = 0;         // Cap on in_use + cached; 0 for none.
   int64_t allocations = 0;  // Calls to allocate().
   int64_t cache_hits = 0;   // Of those, served from a free list.
+  size_t released = 0;      // Bytes of cached blocks given back for not being used.
 };
 
 class Allocator {
@@ -50,7 +55,13 @@ class Allocator {
   virtual void reset_peak() = 0;
   // Caps the bytes this allocator holds (in use plus cached); 0 removes the cap.
   virtual void set_limit(size_t bytes) = 0;
+  // Cached blocks not reused for about this long go back to the system (Note
+  // [Releasing unused blocks] in allocator.cc; the default is
+  // kReleaseUnusedAfter); zero keeps them until empty_cache().
+  virtual void set_release_after(std::chrono::milliseconds after) = 0;
 };
+
+inline constexpr std::chrono::milliseconds kReleaseUnusedAfter{2000};
 
 // The allocator of `device`. Throws tandem::Error for devices this build
 // cannot allocate on. A CUDA device's blocks are reused in stream order (Note

@@ -1,6 +1,9 @@
 #include "core/profiler.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -104,9 +107,23 @@ std::vector<ThreadEvents> take_events(const std::vector<std::shared_ptr<ThreadBu
   return taken;
 }
 
+// The profile is written to this file beside `path`, then renamed onto it,
+// so that `path` is never left half written.
+std::string partial_path(const std::string& path) { return path + ".partial"; }
+
+// Throws tandem::Error naming `path` unless a file can be created there.
+void check_writable(const std::string& path) {
+  std::string partial = partial_path(path);
+  bool created = std::ofstream(partial, std::ios::trunc).good();
+  std::remove(partial.c_str());
+  TANDEM_CHECK(created, "profiler: cannot write '", path, "': cannot create '", partial, "' (",
+               std::strerror(errno), ")");
+}
+
 void write_trace(const std::string& path, const std::vector<ThreadEvents>& threads) {
-  std::ofstream out(path, std::ios::trunc);
-  TANDEM_CHECK(out.good(), "profiler: cannot open '", path, "' for writing");
+  std::string partial = partial_path(path);
+  std::ofstream out(partial, std::ios::trunc);
+  TANDEM_CHECK(out.good(), "profiler: cannot open '", partial, "' for writing");
   out << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
   bool first = true;
   auto separator = [&] { return std::exchange(first, false) ? "" : ",\n"; };
@@ -132,7 +149,9 @@ void write_trace(const std::string& path, const std::vector<ThreadEvents>& threa
   }
   out << "\n]}\n";
   out.close();
-  TANDEM_CHECK(!out.fail(), "profiler: failed writing '", path, "'");
+  bool written = !out.fail() && std::rename(partial.c_str(), path.c_str()) == 0;
+  if (!written) std::remove(partial.c_str());
+  TANDEM_CHECK(written, "profiler: failed writing '", path, "' (", std::strerror(errno), ")");
 }
 
 }  // namespace
@@ -147,6 +166,7 @@ void start(std::string path) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   TANDEM_CHECK(!r.running, "profiler: already running (writing to '", r.path, "')");
+  check_writable(path);
   r.path = std::move(path);
   r.running = true;
   take_events(r.buffers);  // Drop stragglers recorded after the last stop().

@@ -27,10 +27,14 @@ extern std::atomic<bool> enabled;
 inline bool enabled() { return detail::enabled.load(std::memory_order_relaxed); }
 
 // Starts recording into memory; `stop` writes the events to `path`.
-// Throws tandem::Error if the profiler is already running.
+// Throws tandem::Error if the profiler is already running, or naming the
+// path if no file can be created there (checked now, not at the end of a
+// long run).
 void start(std::string path);
-// Stops recording and writes the file; throws tandem::Error naming the path
-// if it cannot be written. Does nothing if the profiler is not running.
+// Stops recording and writes the file: to `path`.partial, then renamed onto
+// `path`, so that `path` is never half written. Throws tandem::Error naming
+// the path if it cannot be written. Does nothing if the profiler is not
+// running.
 void stop();
 
 // Nanoseconds on a steady clock shared by every thread.

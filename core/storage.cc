@@ -14,14 +14,24 @@ Allocator& allocator_of(Device device, bool pinned) {
   return pinned ? pinned_host_allocator() : allocator_for(device);
 }
 
+// The first storage starts the process-wide engine, before it allocates:
+// starting it may throw (a setting it does not accept), and the destructor,
+// which hands the memory to the engine, must not be where it starts. A
+// frontend running ahead waits here before it takes more memory (Note
+// [Bounded run-ahead] in core/engine/threaded_engine.cc).
+void* allocate(size_t nbytes, Device device, bool pinned) {
+  engine::current().wait_for_memory();
+  return allocator_of(device, pinned).allocate(nbytes);
+}
+
 }  // namespace
 
 Storage::Storage(size_t nbytes, Device device, bool pinned)
-    : data_(allocator_of(device, pinned).allocate(nbytes)),
+    : data_(allocate(nbytes, device, pinned)),
       nbytes_(nbytes),
       device_(device),
       pinned_(pinned),
-      var_(engine::new_var(device)) {}
+      var_(engine::new_var(device, nbytes)) {}
 
 Storage::~Storage() {
   // See Note [Freeing memory that ops still use].

@@ -23,20 +23,22 @@ std::shared_ptr<TensorImpl> new_impl() {
   return std::allocate_shared<TensorImpl>(engine::PoolAllocator<TensorImpl>());
 }
 
-Tensor view(const Tensor& base, Shape shape, size_t byte_offset) {
+// A view of `binding`'s storage, `offset` bytes further in.
+Tensor view(TensorImpl::Binding binding, Shape shape, DType dtype, size_t offset = 0) {
   auto impl = new_impl();
   impl->shape = std::move(shape);
-  impl->dtype = base.dtype();
-  impl->storage = base.storage();
-  impl->byte_offset = byte_offset;
+  impl->dtype = dtype;
+  impl->storage = std::move(binding.storage);
+  impl->byte_offset = binding.byte_offset + offset;
   return Tensor(std::move(impl));
 }
 
 // A view the user made (reshape, slice, select), told to this thread's
 // observer: a tracer records it as a node at the user's line.
-Tensor user_view(const Tensor& base, Shape shape, size_t byte_offset,
+// `offset` bytes past where `base` starts, at one instant of its binding.
+Tensor user_view(const Tensor& base, Shape shape, size_t offset,
                  const std::source_location& where) {
-  Tensor result = view(base, std::move(shape), byte_offset);
+  Tensor result = view(base.binding(), std::move(shape), base.dtype(), offset);
   if (TensorObserver* observer = current_tensor_observer()) {
     observer->on_view(result, base, where);
   }
@@ -115,6 +117,30 @@ void notify_value_read(const Tensor& tensor, const char* what, const std::source
 
 }  // namespace
 
+TensorImpl::Binding TensorImpl::binding() const {
+  if (frozen) return {storage, byte_offset};
+  std::lock_guard lock(binding_lock);
+  return {storage, byte_offset};
+}
+
+void TensorImpl::rebind(Binding to) {
+  TANDEM_CHECK(!frozen, "cannot rebind a kernel's snapshot of a tensor");
+  {
+    std::lock_guard lock(binding_lock);
+    std::swap(storage, to.storage);
+    byte_offset = to.byte_offset;
+  }
+  // `to` now holds the old storage, released here, outside the lock: its
+  // destructor hands the memory to the engine.
+}
+
+TensorImpl::TensorImpl(SnapshotOf snapshot)
+    : shape(snapshot.of.shape), dtype(snapshot.of.dtype), frozen(snapshot.frozen) {
+  Binding now = snapshot.of.binding();
+  storage = std::move(now.storage);
+  byte_offset = now.byte_offset;
+}
+
 const TensorImpl& Tensor::impl() const {
   TANDEM_CHECK(impl_ != nullptr, "the tensor is undefined (default-constructed)");
   return *impl_;
@@ -140,10 +166,6 @@ Tensor Tensor::from_vector(absl::Span<const T> values, Shape shape, std::source_
   // The storage is brand new: no op can be using it yet, so copy directly.
   if (!values.empty()) std::memcpy(t.raw_data(), values.data(), t.nbytes());
   return t;
-}
-
-void* Tensor::raw_data() const {
-  return static_cast<char*>(impl().storage->data()) + impl().byte_offset;
 }
 
 template <class T>
@@ -176,7 +198,7 @@ Tensor Tensor::reshape(absl::Span<const int64_t> dims, std::source_location wher
   Shape target(resolved);
   TANDEM_CHECK(target.numel() == numel(), "cannot reshape ", shape().to_string(), " (", numel(),
                " elements) to ", target.to_string(), " (", target.numel(), " elements)");
-  return user_view(*this, std::move(target), byte_offset(), where);
+  return user_view(*this, std::move(target), 0, where);
 }
 
 Tensor Tensor::slice(int64_t begin, int64_t end, std::source_location where) const {
@@ -187,8 +209,7 @@ Tensor Tensor::slice(int64_t begin, int64_t end, std::source_location where) con
                ") is out of range for leading dimension ", rows, " of shape ", shape().to_string());
   Shape::Dims dims(shape().begin(), shape().end());
   dims[0] = end - begin;
-  return user_view(*this, Shape(dims),
-                   byte_offset() + static_cast<size_t>(begin) * row_bytes(*this), where);
+  return user_view(*this, Shape(dims), static_cast<size_t>(begin) * row_bytes(*this), where);
 }
 
 Tensor Tensor::select(int64_t index, std::source_location where) const {
@@ -198,36 +219,40 @@ Tensor Tensor::select(int64_t index, std::source_location where) const {
                " is out of range for leading dimension ", shape()[0], " of shape ",
                shape().to_string());
   return user_view(*this, Shape(shape().dims().subspan(1)),
-                   byte_offset() + static_cast<size_t>(index) * row_bytes(*this), where);
+                   static_cast<size_t>(index) * row_bytes(*this), where);
 }
 
-Tensor Tensor::snapshot() const { return view(*this, shape(), byte_offset()); }
+Tensor Tensor::snapshot() const { return view(binding(), shape(), dtype()); }
 
 void Tensor::assign_(const Tensor& value, std::source_location where) const {
   CallSiteScope site("assign_", where);
-  TANDEM_CHECK(value.shape() == shape() && value.dtype() == dtype() && value.device() == device(),
-               "cannot assign a ", dtype_name(value.dtype()), value.shape().to_string(), " ",
-               value.device().to_string(), " tensor to a ", dtype_name(dtype()),
-               shape().to_string(), " ", device().to_string(), " one");
-  impl_->storage = value.storage();
-  impl_->byte_offset = value.byte_offset();
+  TensorImpl::Binding to = value.binding();
+  TANDEM_CHECK(
+      value.shape() == shape() && value.dtype() == dtype() && to.storage->device() == device(),
+      "cannot assign a ", dtype_name(value.dtype()), value.shape().to_string(), " ",
+      to.storage->device().to_string(), " tensor to a ", dtype_name(dtype()), shape().to_string(),
+      " ", device().to_string(), " one");
+  impl_->rebind(std::move(to));
   if (TensorObserver* observer = current_tensor_observer()) observer->on_assign(*this, value);
 }
 
 namespace {
 
-// `t`'s values in host memory, for reading them: `t` itself on the CPU; for a
-// GPU tensor a copy, pushed on its device like any op.
+// The values `t` refers to now, in host memory, for reading them once the
+// result's var is waited for: a snapshot of `t` on the CPU (a concurrent
+// assign_ cannot move what it reads, Note [Rebinding while other threads
+// read]); for a GPU tensor a copy, pushed on its device like any op.
 Tensor on_host(const Tensor& t, const std::source_location& where) {
-  if (t.device().is_cpu()) return t;
-  Tensor host = Tensor::empty(t.shape(), t.dtype(), Device::cpu());
+  Tensor from = t.snapshot();
+  if (from.device().is_cpu()) return from;
+  Tensor host = Tensor::empty(from.shape(), from.dtype(), Device::cpu());
   engine::current().push(
-      [from = t.snapshot(), to = host.snapshot()](const engine::RunContext& context) {
+      [from, to = host.snapshot()](const engine::RunContext& context) {
         if (from.nbytes() != 0) {
           cuda::copy_async(to.raw_data(), from.raw_data(), from.nbytes(), context.stream);
         }
       },
-      t.device(), {t.var()}, {host.var()}, "copy_to_host", where);
+      from.device(), {from.var()}, {host.var()}, "copy_to_host", where);
   return host;
 }
 
@@ -237,7 +262,8 @@ Tensor Tensor::pin_memory(std::source_location where) const {
   CallSiteScope site("pin_memory", where);
   TANDEM_CHECK(device().is_cpu(), "only CPU tensors can be pinned; this one is on ",
                device().to_string());
-  if (is_pinned()) return *this;
+  Tensor from = snapshot();
+  if (from.is_pinned()) return *this;
   auto impl = new_impl();
   impl->storage =
       std::allocate_shared<Storage>(engine::PoolAllocator<Storage>(), nbytes(), device(), true);
@@ -245,10 +271,10 @@ Tensor Tensor::pin_memory(std::source_location where) const {
   impl->dtype = dtype();
   Tensor pinned(std::move(impl));
   engine::current().push(
-      [from = snapshot(), to = pinned.snapshot()](const engine::RunContext&) {
+      [from, to = pinned.snapshot()](const engine::RunContext&) {
         if (from.nbytes() != 0) std::memcpy(to.raw_data(), from.raw_data(), from.nbytes());
       },
-      Device::cpu(), {var()}, {pinned.var()}, "pin_memory", where);
+      Device::cpu(), {from.var()}, {pinned.var()}, "pin_memory", where);
   return pinned;
 }
 
@@ -257,7 +283,8 @@ bool Tensor::is_pinned() const { return storage()->pinned(); }
 void Tensor::wait_to_read(std::source_location where) const {
   CallSiteScope site("wait_to_read", where);
   notify_value_read(*this, "wait_to_read", where);
-  engine::current().wait(var());
+  TensorImpl::Binding now = binding();  // Keeps the var alive while waiting.
+  engine::current().wait(now.storage->var());
 }
 
 template <class T>

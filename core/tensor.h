@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <source_location>
 #include <string>
 #include <type_traits>
@@ -33,6 +34,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/shape.h"
+#include "core/spinlock.h"
 #include "core/storage.h"
 
 namespace tandem {
@@ -41,13 +43,77 @@ namespace tandem {
 // creates it. Null for tensors that take no part in autograd.
 struct AutogradMeta;
 
-// The state a Tensor handle shares.
+// Note [Rebinding while other threads read]
+// Tensor::assign_ (an optimizer's update) rebinds a TensorImpl to other data
+// while other threads may be reading the same tensor without a lock of
+// their own (a thread serving inference on the parameters another thread
+// trains). The contract: such a reader sees the binding from before or
+// from after the rebind, never a mix of the two, and whatever it made from
+// it (an op, a snapshot, a view, values read) keeps that data alive and
+// valid: a race is at worst a stale value, never a crash or a lost var.
+// So a TensorImpl's storage and byte_offset change only in rebind(), under
+// a lock of the impl's own, and every read of them that another thread's
+// rebind could overlap takes a consistent copy under the same lock
+// (binding()); holding the copy's storage keeps the memory and its engine
+// var alive. Only pointers handed out without a handle, var() and
+// raw_data(), can outlive their binding: a reader that may race a rebind
+// takes them from a snapshot() it holds. The lock is a spinlock taken for a
+// few instructions; a dispatched op takes it once per input (Note
+// [Snapshots inside the call] in kernels/dispatch.cc).
+
+// A spinlock that copies as a new, unlocked one, so that TensorImpl stays
+// copyable: a copy is a different impl, with a lock of its own.
+class BindingLock : public Spinlock {
+ public:
+  BindingLock() = default;
+  BindingLock(const BindingLock&) : Spinlock() {}
+  BindingLock& operator=(const BindingLock&) { return *this; }
+};
+
+// The state a Tensor handle shares. Code that creates an impl sets its
+// fields directly while no other thread can reach it; afterwards storage
+// and byte_offset change only through rebind() (Note [Rebinding while other
+// threads read]).
 struct TensorImpl {
+  TensorImpl() = default;
+  // A snapshot of `of`: its shape, dtype and binding at one instant, no
+  // autograd state, and `frozen` as given; no later rebind of `of` moves it.
+  struct SnapshotOf {
+    const TensorImpl& of;
+    bool frozen;
+  };
+  explicit TensorImpl(SnapshotOf snapshot);
+
   Shape shape;
   DType dtype = DType::kFloat32;
   std::shared_ptr<Storage> storage;
   size_t byte_offset = 0;
   std::shared_ptr<AutogradMeta> autograd;
+  // Set while nothing can rebind the impl (a kernel's snapshots; a call's
+  // new outputs until it returns them, Note [Snapshots inside the call] in
+  // kernels/dispatch.cc): its binding is then read without the lock, and
+  // rebind() refuses it.
+  bool frozen = false;
+  mutable BindingLock binding_lock;
+
+  // What the impl refers to at one instant. Holding it keeps the storage,
+  // and so its memory and var, alive.
+  struct Binding {
+    std::shared_ptr<Storage> storage;
+    size_t byte_offset = 0;
+  };
+  Binding binding() const;
+  // `read(storage, byte_offset)`, under the lock unless frozen: for reads
+  // that keep nothing alive, whose results are valid while the binding is.
+  template <class Read>
+  auto read_binding(Read read) const {
+    if (frozen) return read(*storage, byte_offset);
+    std::lock_guard lock(binding_lock);
+    return read(*storage, byte_offset);
+  }
+  // Refers to `to` from now on; the storage it referred to before is
+  // released outside the lock. Throws tandem::Error for a frozen impl.
+  void rebind(Binding to);
 };
 
 class Tensor {
@@ -86,18 +152,34 @@ class Tensor {
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }
   DType dtype() const { return impl().dtype; }
-  Device device() const { return impl().storage->device(); }
+  Device device() const {
+    return impl().read_binding([](const Storage& s, size_t) { return s.device(); });
+  }
   int rank() const { return shape().rank(); }
   int64_t numel() const { return shape().numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
 
-  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
-  size_t byte_offset() const { return impl().byte_offset; }
-  engine::Var* var() const { return impl().storage->var(); }
+  // What the tensor refers to now, read at one instant (Note [Rebinding
+  // while other threads read]): storage() and byte_offset() read apart may
+  // come from two bindings; binding() never does.
+  TensorImpl::Binding binding() const { return impl().binding(); }
+  std::shared_ptr<Storage> storage() const { return binding().storage; }
+  size_t byte_offset() const {
+    return impl().read_binding([](const Storage&, size_t offset) { return offset; });
+  }
+  // The var of the storage; valid while that storage lives, which a
+  // concurrent assign_ can end: then take it from a snapshot() you hold.
+  engine::Var* var() const {
+    return impl().read_binding([](const Storage& s, size_t) { return s.var(); });
+  }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
-  // The first element, without waiting (see the header comment).
-  void* raw_data() const;
+  // The first element, without waiting (see the header comment); valid as
+  // long as var() is.
+  void* raw_data() const {
+    return impl().read_binding(
+        [](const Storage& s, size_t offset) { return static_cast<char*>(s.data()) + offset; });
+  }
   // Typed `raw_data()`; throws if T does not match the dtype.
   template <class T>
   T* data() const;
@@ -122,7 +204,9 @@ class Tensor {
   // Makes this tensor (and every handle sharing it) refer to `value`'s data,
   // keeping its autograd state: how optimizers update parameters in place.
   // Shapes, dtypes and devices must match. Ops already pushed keep the data
-  // they were given.
+  // they were given. Other threads may read the tensor meanwhile (Note
+  // [Rebinding while other threads read]); two threads assigning the same
+  // tensor at once leave it bound to one of the two values.
   void assign_(const Tensor& value,
                std::source_location where = std::source_location::current()) const;
 

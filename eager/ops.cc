@@ -232,8 +232,7 @@ void move_to_(const Tensor& x, Device device, Location where) {
   NoGradGuard no_grad;
   // The copy reads a snapshot: ops pushed before keep the data they were given.
   Tensor moved = to(x.snapshot(), device, where);
-  impl.storage = moved.storage();
-  impl.byte_offset = moved.byte_offset();
+  impl.rebind(moved.binding());
   if (impl.autograd != nullptr && impl.autograd->grad.defined()) {
     impl.autograd->grad = to(impl.autograd->grad.snapshot(), device, where);
   }

@@ -23,17 +23,41 @@ std::atomic<DispatchObserver*> process_observers[kMaxProcessObservers];
 
 // Note [Snapshots inside the call]
 // A kernel must read the data its vars guard even if a handle is rebound
-// (Tensor::assign_) before the kernel runs, so it gets snapshots: handles of
-// its own on the same storage, offset, shape and dtype. Allocating a
-// TensorImpl per snapshot was a fifth of the cost of a tiny op; instead the
-// snapshots' TensorImpls live in the KernelCall block, and the kernel's
-// handles point at them without owning them (an aliasing shared_ptr with no
-// control block: copying one costs nothing). That is safe because a kernel
-// uses its context only while it runs, and the KernelCall outlives the run.
-// A kernel must not keep a copy of a context handle past its return.
+// (Tensor::assign_, perhaps on another thread) before or while the kernel
+// runs, so it gets snapshots: handles of its own on the same storage,
+// offset, shape and dtype, taken once when the call begins, from which the
+// call also takes its vars (Note [Rebinding while other threads read] in
+// core/tensor.h). Allocating a TensorImpl per snapshot was a fifth of the
+// cost of a tiny op; instead the snapshots' TensorImpls live in the call's
+// stack frame (InputSnapshots), and for a pushed op move into the
+// KernelCall block, and the kernel's handles point at them without owning
+// them (an aliasing shared_ptr with no control block: copying one costs
+// nothing). That is safe because a kernel uses its context only while it
+// runs, and the snapshots outlive the run. They are frozen, so reading them
+// takes no lock; so are the call's new outputs until it returns them. A
+// kernel must not keep a copy of a context handle past its return.
 Tensor unowned_handle(TensorImpl& impl) {
   return Tensor(std::shared_ptr<TensorImpl>(std::shared_ptr<TensorImpl>(), &impl));
 }
+
+// Frozen snapshots of a call's inputs and handles on them.
+class InputSnapshots {
+ public:
+  explicit InputSnapshots(absl::Span<const Tensor> inputs) {
+    impls_.reserve(inputs.size());
+    for (const Tensor& t : inputs) {
+      impls_.emplace_back(TensorImpl::SnapshotOf{*t.impl_ptr(), /*frozen=*/true});
+    }
+    for (TensorImpl& impl : impls_) handles_.push_back(unowned_handle(impl));
+  }
+  absl::Span<const Tensor> handles() const { return handles_; }
+  // Hands the snapshots over; handles() must not be used afterwards.
+  absl::InlinedVector<TensorImpl, 3> take() { return std::move(impls_); }
+
+ private:
+  absl::InlinedVector<TensorImpl, 3> impls_;
+  absl::InlinedVector<Tensor, 4> handles_;
+};
 
 // An op's attributes for one call: the caller's, resolved against the
 // op's schema (resolve_attrs, which throws for bad ones), or the op's
@@ -61,17 +85,17 @@ struct KernelCall {
   KernelCall(const OpDef& op, KernelFn kernel, CallAttrs attrs)
       : op(&op), kernel(kernel), attrs(std::move(attrs)) {}
 
-  // Fills `impls` with snapshots of `inputs` then `outputs`, and points the
+  // Takes the inputs' snapshots, adds snapshots of `outputs`, and points the
   // kernel's handles at them (Note [Snapshots inside the call]).
-  void snapshot(absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs) {
-    impls.reserve(inputs.size() + outputs.size());  // No reallocation below.
-    for (absl::Span<const Tensor> tensors : {inputs, outputs}) {
-      for (const Tensor& t : tensors) {
-        impls.push_back(TensorImpl{t.shape(), t.dtype(), t.storage(), t.byte_offset(), nullptr});
-      }
+  void snapshot(InputSnapshots& inputs, absl::Span<const Tensor> outputs) {
+    impls = inputs.take();
+    const size_t num_inputs = impls.size();
+    for (const Tensor& t : outputs) {
+      impls.emplace_back(TensorImpl::SnapshotOf{*t.impl_ptr(), /*frozen=*/true});
     }
-    for (size_t i = 0; i < inputs.size(); ++i) this->inputs.push_back(unowned_handle(impls[i]));
-    for (size_t i = inputs.size(); i < impls.size(); ++i) {
+    // No more reallocation: the handles can point into `impls`.
+    for (size_t i = 0; i < num_inputs; ++i) this->inputs.push_back(unowned_handle(impls[i]));
+    for (size_t i = num_inputs; i < impls.size(); ++i) {
       this->outputs.push_back(unowned_handle(impls[i]));
     }
   }
@@ -179,6 +203,33 @@ namespace {
 // call()'s body. Outputs stay inline: a call of a one-output op allocates
 // no vector for them.
 using Outputs = absl::InlinedVector<Tensor, 2>;
+
+// A call's new outputs, frozen until it returns them: no other thread can
+// reach them before, so the kernel and the snapshots read them without the
+// lock (Note [Snapshots inside the call]).
+class FrozenOutputs {
+ public:
+  explicit FrozenOutputs(Outputs& outputs) : outputs_(outputs) { set_frozen(true); }
+  ~FrozenOutputs() {
+    if (!released_) set_frozen(false);  // An exception: whoever kept one may rebind it.
+  }
+  FrozenOutputs(const FrozenOutputs&) = delete;
+  FrozenOutputs& operator=(const FrozenOutputs&) = delete;
+
+  // Unfreezes the outputs and moves them out, for the call to return.
+  Outputs release() {
+    set_frozen(false);
+    released_ = true;
+    return std::move(outputs_);
+  }
+
+ private:
+  void set_frozen(bool frozen) {
+    for (Tensor& t : outputs_) t.impl_ptr()->frozen = frozen;
+  }
+  Outputs& outputs_;
+  bool released_ = false;
+};
 Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
                  const std::source_location& where);
 
@@ -196,18 +247,22 @@ Outputs dispatch_with_scalars_on(Device device, const OpDef& op, absl::Span<cons
   return dispatch(op, moved, attrs, where);
 }
 
-Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
+Outputs dispatch(const OpDef& op, absl::Span<const Tensor> given, const Attrs& attrs,
                  const std::source_location& where) {
   CallSiteScope site(op.name.c_str(), where);
   if (op.num_inputs == kVariadic) {
-    TANDEM_CHECK(!inputs.empty(), "expects at least one input, got none");
+    TANDEM_CHECK(!given.empty(), "expects at least one input, got none");
   } else {
-    TANDEM_CHECK(static_cast<int>(inputs.size()) == op.num_inputs, "expects ", op.num_inputs,
-                 op.num_inputs == 1 ? " input" : " inputs", ", got ", inputs.size());
+    TANDEM_CHECK(static_cast<int>(given.size()) == op.num_inputs, "expects ", op.num_inputs,
+                 op.num_inputs == 1 ? " input" : " inputs", ", got ", given.size());
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TANDEM_CHECK(inputs[i].defined(), "input ", i, " is an undefined tensor");
+  for (size_t i = 0; i < given.size(); ++i) {
+    TANDEM_CHECK(given[i].defined(), "input ", i, " is an undefined tensor");
   }
+  // From here on the call reads its snapshots of the inputs; the observers
+  // see the caller's own tensors.
+  InputSnapshots snapshots(given);
+  absl::Span<const Tensor> inputs = snapshots.handles();
   const Device device = common_device(inputs);
   CallAttrs call_attrs(op, attrs);
   // Valid until call_attrs moves into the pushed call, at the end.
@@ -218,7 +273,7 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& 
   TANDEM_CHECK(kernel != nullptr, "has no kernel for ", run_device.to_string());
   if (device.is_cuda()) {
     for (const Tensor& t : inputs) {
-      if (is_cpu_scalar(t)) return dispatch_with_scalars_on(device, op, inputs, resolved, where);
+      if (is_cpu_scalar(t)) return dispatch_with_scalars_on(device, op, given, resolved, where);
     }
   }
 
@@ -233,14 +288,15 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& 
   for (TensorMeta& meta : inferred) {
     outputs.push_back(Tensor::empty(std::move(meta.shape), meta.dtype, output_device));
   }
+  FrozenOutputs frozen(outputs);
 
   for (auto& slot : process_observers) {
     if (DispatchObserver* observer = slot.load(std::memory_order_acquire)) {
-      observer->on_op(op, inputs, outputs, resolved, where);
+      observer->on_op(op, given, outputs, resolved, where);
     }
   }
   for (DispatchObserver* observer : observers) {
-    observer->on_op(op, inputs, outputs, resolved, where);
+    observer->on_op(op, given, outputs, resolved, where);
   }
 
   absl::InlinedVector<engine::Var*, 4> reads, writes;
@@ -249,21 +305,24 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& 
   engine::Engine& engine = engine::current();
   if (run_device.is_cpu() && is_tiny(op, elements_of(inputs, outputs))) {
     // Note [Tiny ops run inline] in core/engine/threaded_engine.cc: on the
-    // caller's own tensors, which nothing can rebind while it runs.
+    // inputs' snapshots and the new outputs, which nothing can rebind while
+    // it runs.
     auto run_here = [&](const engine::RunContext& context) {
       run_kernel(op, kernel, KernelContext{inputs, outputs, resolved, context});
     };
-    if (engine.run_if_free(run_here, reads, writes, op.name.c_str(), where)) return outputs;
+    if (engine.run_if_free(run_here, reads, writes, op.name.c_str(), where)) {
+      return frozen.release();
+    }
   }
   auto kernel_call = std::allocate_shared<KernelCall>(engine::PoolAllocator<KernelCall>(), op,
                                                       kernel, std::move(call_attrs));
-  kernel_call->snapshot(inputs, outputs);
+  kernel_call->snapshot(snapshots, outputs);
   engine::OpFn run = [call = std::move(kernel_call)](const engine::RunContext& context) {
     run_kernel(*call->op, call->kernel,
                KernelContext{call->inputs, call->outputs, call->attrs.get(), context});
   };
   engine.push(std::move(run), run_device, reads, writes, op.name.c_str(), where);
-  return outputs;
+  return frozen.release();
 }
 
 const OpDef& find_op(std::string_view op, const std::source_location& where) {

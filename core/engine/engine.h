@@ -37,6 +37,7 @@
 //   of any type, becomes a failure delivered at a wait.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <source_location>
 
@@ -76,19 +77,32 @@ enum class ShutdownMode {
   kCancel,  // Skip ops that have not started; their vars fail as "cancelled".
 };
 
+// make_engine and configure throw tandem::Error for values outside the
+// ranges given here.
 struct EngineOptions {
-  // Worker threads for the CPU; 0 means the default, one (Note [One CPU
-  // worker] in threaded_engine.cc).
+  // Worker threads for the CPU, 0 to kMaxCpuWorkers; 0 means the default,
+  // one (Note [One CPU worker] in threaded_engine.cc). More threads than
+  // that would only compete for cores, each with an OpenMP team of its own.
   int cpu_workers = 0;
+  static constexpr int kMaxCpuWorkers = 256;
   // Most ops pending at once before push() blocks the pushing thread (Note
-  // [Bounded run-ahead] in threaded_engine.cc); 0: no bound. With a bound, an
-  // op must not wait for something its pusher does only after pushing more.
+  // [Bounded run-ahead] in threaded_engine.cc), 0 to kMaxInFlight; 0: no
+  // bound. With a bound, an op must not wait for something its pusher does
+  // only after pushing more.
   int64_t max_in_flight = 256;
+  static constexpr int64_t kMaxInFlight = int64_t{1} << 30;
+  // Most bytes of new memory (see new_var) that pending ops are about to
+  // write before push() blocks, as for max_in_flight, 0 to kMaxBytesInFlight;
+  // 0: no bound.
+  int64_t max_bytes_in_flight = int64_t{16} << 20;
+  static constexpr int64_t kMaxBytesInFlight = int64_t{1} << 50;
 };
 
 // Creates a var guarding data on `device`. Every var must eventually be
-// passed to `delete_var`.
-Var* new_var(Device device = Device::cpu());
+// passed to `delete_var`. `bytes`: the size of the memory it guards when
+// that memory is new (a Storage's); until the first op that writes the var
+// has finished, those bytes count against max_bytes_in_flight.
+Var* new_var(Device device = Device::cpu(), size_t bytes = 0);
 
 class Engine {
  public:
@@ -127,6 +141,13 @@ class Engine {
     push_op(std::move(fn), device, reads, writes, name, where);
   }
 
+  // Blocks the calling thread while the ops pending are about to write more
+  // than max_bytes_in_flight of new memory (Note [Bounded run-ahead] in
+  // threaded_engine.cc), as push() does. Storages call it before they
+  // allocate, so that a frontend running ahead waits before it takes more
+  // memory, not after. Never blocks inside an op, nor on the naive engine.
+  virtual void wait_for_memory() {}
+
   // Blocks until every write pushed so far to `var` has finished; throws the
   // var's failure if the last write failed (see Note [Failures]).
   virtual void wait(Var* var) = 0;
@@ -140,9 +161,16 @@ class Engine {
   // pushed on the var after this call.
   virtual void delete_var(Var* var, OpFn on_delete = {}) = 0;
 
-  // Stops accepting ops and finishes or cancels the pending ones. Idempotent;
-  // the destructor calls shutdown(kFinish).
+  // Stops accepting ops (a later push throws tandem::Error), finishes or
+  // cancels the pending ones and stops the worker threads. Idempotent; the
+  // destructor calls shutdown(kFinish). No other thread may push meanwhile.
   virtual void shutdown(ShutdownMode mode) = 0;
+
+  // What the process-wide engine does when the process begins to exit (Note
+  // [Draining at exit] in engine.cc): stops accepting ops, pushed from any
+  // thread, and finishes the pending ones, but leaves the worker threads
+  // parked, since threads that still run may still free tensors. Idempotent.
+  virtual void shutdown_at_exit() = 0;
 
   virtual EngineKind kind() const = 0;
 
@@ -154,24 +182,46 @@ class Engine {
                        const std::source_location& where) = 0;
 };
 
+// Throws tandem::Error for options out of range, or when the system refuses
+// a worker thread.
 std::unique_ptr<Engine> make_engine(EngineKind kind, EngineOptions options = {});
 
-// The process-wide engine every Tensor uses. Created on first use from
-// TANDEM_ENGINE ("threaded", the default, or "naive"), TANDEM_NUM_WORKERS and
-// TANDEM_MAX_IN_FLIGHT (EngineOptions); shut down (finishing pending work) at
-// exit.
+// The process-wide engine every Tensor uses. Created on first use (the
+// first tensor made, or the first call) from TANDEM_ENGINE ("threaded", the
+// default, or "naive"), TANDEM_NUM_WORKERS, TANDEM_MAX_IN_FLIGHT,
+// TANDEM_MAX_BYTES_IN_FLIGHT (EngineOptions) and TANDEM_PROFILE; a value
+// that is not accepted throws tandem::Error naming the variable, the value
+// and the accepted range, from that first use and from every later one until
+// the engine could be created. When the process begins to exit, it finishes
+// its pending work before any static object is destroyed, and refuses ops
+// pushed after that (Note [Draining at exit]). It keeps working in both
+// processes after fork() (Note [Engines across fork] in threaded_engine.cc).
 Engine& current();
 
+namespace detail {
+// The process-wide engine once started; read on every op, so current()
+// reads it inline. Constant-initialized and never destroyed: usable at exit.
+extern std::atomic<Engine*> current_engine;
+Engine& start_current();  // current()'s first use: starts the engine.
+}  // namespace detail
+
+inline Engine& current() {
+  if (Engine* engine = detail::current_engine.load(std::memory_order_acquire)) return *engine;
+  return detail::start_current();
+}
+
 // Makes sure the process-wide engine finishes its pending work before static
-// state constructed so far is destroyed at exit. The engine arranges this for
-// itself when it starts; a library whose kernels rely on static state it
-// creates later (oneDNN's primitive cache, say) calls this once after creating
-// it, since exit destroys statics in reverse order of construction.
+// state constructed so far is destroyed at exit. A program whose main thread
+// has used Tandem never needs it: the engine then drains before any static
+// object is destroyed. For a program that exits from another thread, a
+// library whose kernels rely on static state it creates later (oneDNN's
+// primitive cache, say) calls this once after creating it, since exit
+// destroys statics in reverse order of construction.
 void finish_before_exit();
 
 // Replaces the process-wide engine. Waits for all pending work first and, if
 // any of it failed, throws that failure without switching. Call it while no
-// other thread pushes ops.
+// other thread pushes ops. Throws tandem::Error for options out of range.
 void configure(EngineKind kind, EngineOptions options = {});
 inline void set_engine_kind(EngineKind kind) { configure(kind); }
 

@@ -8,15 +8,24 @@
 namespace tandem::engine {
 
 EventWatcher::EventWatcher(Device device, OnDone on_done)
-    : device_(device), on_done_(std::move(on_done)), thread_([this] { work(); }) {}
+    : device_(device), on_done_(std::move(on_done)) {
+  start_thread();
+}
 
-EventWatcher::~EventWatcher() {
+EventWatcher::~EventWatcher() { stop_thread(); }
+
+void EventWatcher::start_thread() {
+  stopping_ = false;
+  thread_ = std::thread([this] { work(); });
+}
+
+void EventWatcher::stop_thread() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   ready_.notify_one();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void EventWatcher::watch(OpRecord* op, void* event) {

@@ -35,6 +35,11 @@ class EventWatcher {
   // `event` is a CUDA event recorded after `op`'s work (core/cuda/runtime.h).
   void watch(OpRecord* op, void* event);
 
+  // Joins the thread once the queue is empty, and starts it again: around
+  // fork() (Note [Engines across fork] in threaded_engine.cc).
+  void stop_thread();
+  void start_thread();
+
  private:
   void work();
 

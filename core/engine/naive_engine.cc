@@ -17,6 +17,7 @@ void NaiveEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
                 name, where);
   }
   std::lock_guard lock(mu_);
+  if (stopped_ != nullptr) throw Error(stopped_, name, where);
   // Every input, including one that is also written (an in-place update).
   for (Var* var : reads) {
     if (std::shared_ptr<const Error> failure = var->failure()) {
@@ -55,6 +56,16 @@ void NaiveEngine::wait(Var* var) {
 }
 
 void NaiveEngine::wait_all() { refuse_wait_inside_op("wait_all()"); }
+
+void NaiveEngine::shutdown(ShutdownMode) {
+  std::lock_guard lock(mu_);
+  if (stopped_ == nullptr) stopped_ = kRefusedAfterShutdown;
+}
+
+void NaiveEngine::shutdown_at_exit() {
+  std::lock_guard lock(mu_);
+  if (stopped_ == nullptr) stopped_ = kRefusedAtExit;
+}
 
 void NaiveEngine::delete_var(Var* var, OpFn on_delete) {
   std::lock_guard lock(mu_);

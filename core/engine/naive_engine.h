@@ -17,7 +17,10 @@ class NaiveEngine final : public Engine {
   void wait(Var* var) override;
   void wait_all() override;
   void delete_var(Var* var, OpFn on_delete) override;
-  void shutdown(ShutdownMode) override {}
+  // Nothing is ever pending: both only refuse later pushes, once an op
+  // running on another thread has returned.
+  void shutdown(ShutdownMode mode) override;
+  void shutdown_at_exit() override;
   EngineKind kind() const override { return EngineKind::kNaive; }
   int num_workers(Device device) const override { return device.is_cpu() ? 1 : 0; }
 
@@ -28,6 +31,8 @@ class NaiveEngine final : public Engine {
  private:
   // Recursive: an op's function may release tensors, which deletes vars.
   std::recursive_mutex mu_;
+  // Why pushes are refused; null while the engine runs. Guarded by mu_.
+  const char* stopped_ = nullptr;
 };
 
 }  // namespace tandem::engine

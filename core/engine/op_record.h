@@ -32,6 +32,9 @@ struct OpRecord {
   // Set only for the engine's own wait ops, which run inline (never queued).
   WaitState* waiter = nullptr;
   uint64_t id = 0;  // Links the push and the execution in a profile.
+  // New memory this op writes first (Var::append_write): in flight until it
+  // finishes (Note [Bounded run-ahead] in threaded_engine.cc).
+  int64_t bytes = 0;
   // Vars that still block the op, plus one held by push until it has
   // registered every var, so the op cannot start half-registered.
   std::atomic<int> blockers{0};

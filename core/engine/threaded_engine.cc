@@ -1,7 +1,10 @@
 #include "core/engine/threaded_engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "core/cuda/runtime.h"
 #include "core/engine/failure.h"
@@ -93,6 +96,27 @@ bool poll_until_done(const std::atomic<int>& done) {
 // frontend sleeps; memory then returns to the caching allocator while it is
 // still in the cache. Measured with bench_train (batch 128): peak RSS of the
 // MLP 330 -> 80 MiB and of the CNN 3568 -> 380 MiB, the CNN 1.4x faster.
+//
+// Ops are a poor measure of memory on their own: a replayed (hybridized)
+// step is a few ops, each writing many megabytes, so 256 ops meant many
+// steps ahead, and an eager step of big convolutions holds hundreds of
+// megabytes in 256 ops. So the bound also counts bytes: the new memory
+// (Storages not yet written) that pending ops are about to write, from the
+// push of the first op that writes a var (Var::append_write hands it the
+// var's bytes) until that op finishes. With more than max_bytes_in_flight
+// of it pending, a push blocks likewise until it is down to half, and so
+// does the allocation of a new Storage (Engine::wait_for_memory): a
+// replayed step allocates all its buffers before it pushes its ops, and
+// waiting only at the push would let it hold the next step's buffers while
+// the last step still runs. Measured
+// with bench_memory (Fashion-MNIST, batch 128; bench/README.md), peak RSS
+// with no byte bound / 16 MiB / 64 MiB / 256 MiB: CNN eager 632 / 272 /
+// 308 / 479 MiB, hybridized 485 / 302 / 372 / 478; MLP eager 128 / 112 /
+// 128 / 128, hybridized 166 / 115 / 162 / 166, with samples/s equal within
+// this machine's noise (+-30% between runs). Hence 16 MiB: the smallest
+// measured, at which a hybridized step runs no further ahead than an eager
+// one; a hybridized CNN step writes ~70 MiB in one op, so it waits for the
+// step before it, which is then as much run-ahead as its workers need.
 // Pushes from inside an op (deleting vars as a closure dies) are never held
 // back: they must not block a worker.
 
@@ -185,8 +209,61 @@ struct WaitState {
   std::shared_ptr<const Error> failure;
 };
 
+// Note [Engines across fork]
+// After fork() the child has only the thread that forked: an engine whose
+// workers were running would queue the child's first op for threads that do
+// not exist, and its first wait would hang. So, as MXNet does, a
+// pthread_atfork handler drains every threaded engine before the fork
+// (waiting for its pending ops, as wait_all does, without throwing their
+// failures), joins its worker threads, and starts new ones afterwards, in
+// the parent and in the child. Each new worker is a new OpenMP master, with
+// a team of its own (kernels/cpu/onednn.cc releases the forking thread's
+// team before the fork, for kernels run on the caller's thread). Limits:
+// * no other thread of the program may be inside Tandem while it forks (the
+//   child would inherit the locks such a thread holds; POSIX allows a child
+//   of a threaded process little more), and an op must not fork: its engine
+//   cannot stop the worker running it, and in the child it refuses every op
+//   with a tandem::Error;
+// * CUDA cannot be used in a child forked after CUDA was initialized (a CUDA
+//   rule): there an op on a GPU throws tandem::Error at its push; CPU ops
+//   work.
+namespace {
+
+struct ForkRegistry {
+  std::mutex mu;
+  std::vector<ThreadedEngine*> engines;
+};
+
+ForkRegistry& fork_registry() {
+  static ForkRegistry* instance = new ForkRegistry;  // Never destroyed: fork may come late.
+  return *instance;
+}
+
+}  // namespace
+
+void ThreadedEngine::prepare_fork_all() {
+  ForkRegistry& registry = fork_registry();
+  registry.mu.lock();  // Released after the fork, in the parent and in the child.
+  for (ThreadedEngine* engine : registry.engines) engine->prepare_fork();
+}
+
+void ThreadedEngine::after_fork_all_in_parent() {
+  ForkRegistry& registry = fork_registry();
+  for (ThreadedEngine* engine : registry.engines) engine->after_fork(false);
+  registry.mu.unlock();
+}
+
+void ThreadedEngine::after_fork_all_in_child() {
+  ForkRegistry& registry = fork_registry();
+  for (ThreadedEngine* engine : registry.engines) engine->after_fork(true);
+  registry.mu.unlock();
+}
+
 ThreadedEngine::ThreadedEngine(EngineOptions options)
-    : max_in_flight_(options.max_in_flight), resume_in_flight_(options.max_in_flight / 2) {
+    : max_in_flight_(options.max_in_flight),
+      resume_in_flight_(options.max_in_flight / 2),
+      max_bytes_in_flight_(options.max_bytes_in_flight),
+      resume_bytes_in_flight_(options.max_bytes_in_flight / 2) {
   int workers = options.cpu_workers > 0 ? options.cpu_workers : kDefaultCpuWorkers;
   auto runner = [this](OpRecord* op, const RunContext& context) { return run(op, context); };
   cpu_pool_ = std::make_unique<WorkerPool>(Device::cpu(), workers, runner);
@@ -197,18 +274,72 @@ ThreadedEngine::ThreadedEngine(EngineOptions options)
           complete_after_event(op, std::move(failure));
         }));
   }
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] {
+    pthread_atfork(prepare_fork_all, after_fork_all_in_parent, after_fork_all_in_child);
+  });
+  ForkRegistry& registry = fork_registry();
+  std::lock_guard lock(registry.mu);
+  registry.engines.push_back(this);
 }
 
-ThreadedEngine::~ThreadedEngine() { shutdown(ShutdownMode::kFinish); }
+ThreadedEngine::~ThreadedEngine() {
+  {
+    ForkRegistry& registry = fork_registry();
+    std::lock_guard lock(registry.mu);
+    std::erase(registry.engines, this);
+  }
+  shutdown(ShutdownMode::kFinish);
+}
+
+void ThreadedEngine::prepare_fork() {
+  if (!cpu_pool_) return;  // Shut down: no threads to stop.
+  if (inside_op()) {
+    forked_inside_op_ = true;
+    return;
+  }
+  for (int64_t pending; (pending = pending_ops_.load(std::memory_order_acquire)) != 0;) {
+    pending_ops_.wait(pending, std::memory_order_acquire);
+  }
+  cpu_pool_->stop_threads();
+  for (auto& pool : cuda_pools_) pool->stop_threads();
+  for (auto& watcher : cuda_watchers_) watcher->stop_thread();
+  threads_stopped_for_fork_ = true;
+}
+
+void ThreadedEngine::after_fork(bool in_child) {
+  if (std::exchange(forked_inside_op_, false) && in_child) stop(kRefusedAfterForkInsideOp);
+  if (!std::exchange(threads_stopped_for_fork_, false)) return;
+  try {
+    cpu_pool_->start_threads();
+    if (in_child) {
+      cuda_lost_in_fork_ = !cuda_pools_.empty();
+    } else {
+      for (auto& pool : cuda_pools_) pool->start_threads();
+      for (auto& watcher : cuda_watchers_) watcher->start_thread();
+    }
+  } catch (const std::exception& e) {
+    stop_message_ = str_cat("the engine could not restart its workers after fork(): ", e.what());
+    stop(stop_message_.c_str());
+  }
+}
 
 int ThreadedEngine::num_workers(Device device) const {
   if (device.is_cpu()) return cpu_pool_ ? cpu_pool_->size() : 0;
-  bool known = device.index() >= 0 && device.index() < static_cast<int>(cuda_pools_.size());
+  bool known = !cuda_lost_in_fork_ && device.index() >= 0 &&
+               device.index() < static_cast<int>(cuda_pools_.size());
   return known && cuda_pools_[device.index()] ? cuda_pools_[device.index()]->size() : 0;
 }
 
 WorkerPool& ThreadedEngine::pool_for(Device device, const std::source_location& where) {
   if (device.is_cpu()) return *cpu_pool_;
+  if (cuda_lost_in_fork_) {
+    throw Error(str_cat("cannot run on ", device.to_string(),
+                        ": this process was forked after its parent initialized CUDA, which "
+                        "CUDA does not allow (Note [Engines across fork]); start it with exec, "
+                        "or fork before using a GPU"),
+                "", where);
+  }
   if (device.index() < 0 || device.index() >= static_cast<int>(cuda_pools_.size())) {
     throw Error(str_cat("no workers for device ", device.to_string(), ": this machine has ",
                         cuda_pools_.size(), " CUDA device(s)"),
@@ -218,17 +349,30 @@ WorkerPool& ThreadedEngine::pool_for(Device device, const std::source_location& 
 }
 
 void ThreadedEngine::synchronize_device(Device device) {
-  if (device.is_cuda()) cuda::synchronize(cuda::stream(device.index()));
+  if (device.is_cuda() && !cuda_lost_in_fork_) cuda::synchronize(cuda::stream(device.index()));
 }
+
+// Note [Refusing pushes once stopped]
+// Once stopped (shutdown, exit, a fork from inside an op), the engine
+// refuses every push with a tandem::Error and runs nothing inline, and
+// stopping returns only when nothing pushed before is left. A push
+// therefore counts itself in pending_ops_ before it reads `stopped_`, and a
+// tiny op counts itself in inline_runs_ before it does, while stop() sets
+// `stopped_` before it reads the counts (all sequentially consistent): a
+// push either sees the stop and backs out, or is seen and waited for. On
+// x86 the read after a read-modify-write costs nothing extra; the counter of
+// inline runs is written by pushing threads only, on a cache line of its
+// own, so it costs two uncontended atomic additions per tiny op.
 
 void ThreadedEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writes,
                              const char* name, const std::source_location& where) {
-  if (stopped_.load(std::memory_order_relaxed)) {
-    throw Error("the engine has shut down; no more ops can be pushed", name, where);
-  }
-  if (max_in_flight_ > 0 && pending_ops_.load(std::memory_order_relaxed) > max_in_flight_ &&
-      !inside_op()) {
-    throttle();
+  // Fail here, on the caller's thread, for a device this machine lacks.
+  if (device.is_cuda()) pool_for(device, where);
+  if (over_bound() && !inside_op()) throttle();
+  pending_ops_.fetch_add(1);
+  if (const char* reason = stopped_.load()) {
+    release_pending(0);
+    throw Error(reason, name, where);
   }
   enqueue(std::move(fn), device, reads, writes, name, where);
 }
@@ -236,7 +380,6 @@ void ThreadedEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writ
 void ThreadedEngine::enqueue(OpFn fn, Device device, VarSpan reads, VarSpan writes,
                              const char* name, const std::source_location& where) {
   int64_t push_begin = profiler::enabled() ? profiler::now_ns() : 0;
-  pool_for(device, where);  // Fail here, on the caller's thread, for a bad device.
   OpRecord* op = OpPool::create();
   op->fn = std::move(fn);
   op->reads.assign(reads.begin(), reads.end());
@@ -256,7 +399,6 @@ void ThreadedEngine::enqueue(OpFn fn, Device device, VarSpan reads, VarSpan writ
 }
 
 void ThreadedEngine::schedule(OpRecord* op) {
-  pending_ops_.fetch_add(1, std::memory_order_relaxed);
   op->blockers.store(static_cast<int>(op->reads.size() + op->writes.size()) + 1,
                      std::memory_order_relaxed);
   int ready_now = 0;
@@ -271,6 +413,9 @@ void ThreadedEngine::schedule(OpRecord* op) {
     std::lock_guard lock(multi_var_append_mu_);
     append_all();
   }
+  // In flight from now until the op completes, which it cannot do before
+  // push's own blocker is released.
+  if (op->bytes != 0) pending_bytes_.fetch_add(op->bytes, std::memory_order_relaxed);
   // Release the vars already granted plus push's own blocker in one step.
   if (op->blockers.fetch_sub(ready_now + 1, std::memory_order_acq_rel) == ready_now + 1) {
     dispatch(op);
@@ -280,7 +425,11 @@ void ThreadedEngine::schedule(OpRecord* op) {
 bool ThreadedEngine::run_if_free(absl::FunctionRef<void(const RunContext&)> fn, VarSpan reads,
                                  VarSpan writes, const char* name,
                                  const std::source_location& where) {
-  if (stopped_.load(std::memory_order_relaxed)) return false;
+  inline_runs_.fetch_add(1);  // See Note [Refusing pushes once stopped].
+  if (stopped_.load() != nullptr) {
+    end_inline_run();
+    return false;  // push() refuses it.
+  }
   const int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
   // Claim every var or none (Note [Tiny ops run inline]); several vars under
   // the lock that orders multi-var appends (Note [Pushing from several
@@ -327,7 +476,12 @@ bool ThreadedEngine::run_if_free(absl::FunctionRef<void(const RunContext&)> fn, 
     profiler::record(profiler::EventKind::kPush, name, begin, end, 0);
     profiler::record(profiler::EventKind::kExecute, name, begin, end, 0);
   }
+  end_inline_run();
   return claimed_all;
+}
+
+void ThreadedEngine::end_inline_run() {
+  if (inline_runs_.fetch_sub(1) == 1 && stopped_.load() != nullptr) inline_runs_.notify_all();
 }
 
 void ThreadedEngine::dispatch(OpRecord* op) {
@@ -394,6 +548,7 @@ OpRecord* ThreadedEngine::complete(OpRecord* op, const Device* continue_on) {
   // push deletion ops: do it while this op still counts as pending, so that
   // wait_all cannot return in between.
   op->fn.reset();
+  const int64_t bytes = op->bytes;
   OpPool::destroy(op);
 
   OpRecord* next = nullptr;
@@ -405,21 +560,53 @@ OpRecord* ThreadedEngine::complete(OpRecord* op, const Device* continue_on) {
       dispatch(unblocked);
     }
   }
+  release_pending(bytes);
+  return next;
+}
+
+void ThreadedEngine::release_pending(int64_t bytes) {
+  bool bytes_resumed = false;
+  if (bytes != 0) {
+    int64_t before = pending_bytes_.fetch_sub(bytes);
+    bytes_resumed = before > resume_bytes_in_flight_ && before - bytes <= resume_bytes_in_flight_;
+  }
   int64_t left = pending_ops_.fetch_sub(1) - 1;
-  if (left == 0 || (left == resume_in_flight_ && throttled_.load() != 0)) {
+  if (left == 0 || ((left == resume_in_flight_ || bytes_resumed) && throttled_.load() != 0)) {
     pending_ops_.notify_all();
   }
-  return next;
+}
+
+bool ThreadedEngine::over_bound() const {
+  return (max_in_flight_ > 0 && pending_ops_.load(std::memory_order_relaxed) > max_in_flight_) ||
+         (max_bytes_in_flight_ > 0 &&
+          pending_bytes_.load(std::memory_order_relaxed) > max_bytes_in_flight_);
+}
+
+bool ThreadedEngine::at_resume_level() const {
+  return (max_in_flight_ == 0 || pending_ops_.load() <= resume_in_flight_) &&
+         (max_bytes_in_flight_ == 0 || pending_bytes_.load() <= resume_bytes_in_flight_);
+}
+
+void ThreadedEngine::wait_for_memory() {
+  if (max_bytes_in_flight_ > 0 &&
+      pending_bytes_.load(std::memory_order_relaxed) > max_bytes_in_flight_ && !inside_op()) {
+    throttle();
+  }
 }
 
 void ThreadedEngine::throttle() {
   int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
-  // Sequentially consistent with complete(): either the worker that brings
-  // the count to resume_in_flight_ sees `throttled_` and notifies, or this
-  // thread sees the count already there and does not sleep.
+  // Sequentially consistent with release_pending(): either the worker that
+  // brings a count to its resume level sees `throttled_` and notifies, or
+  // this thread sees the count already there and does not sleep. A
+  // completion lowers the bytes before the ops, and this thread reads the
+  // ops (the value it sleeps on) before the bytes: a completion it has not
+  // seen changes the ops, so the sleep returns at once.
   throttled_.fetch_add(1);
   cpu_pool_->share_work();
-  for (int64_t pending; (pending = pending_ops_.load()) > resume_in_flight_;) {
+  for (;;) {
+    int64_t pending = pending_ops_.load();
+    if (at_resume_level()) break;
     pending_ops_.wait(pending);
   }
   throttled_.fetch_sub(1);
@@ -451,6 +638,7 @@ void ThreadedEngine::wait(Var* var) {
     op->name = "wait";
     op->engine = this;
     op->waiter = &state;
+    pending_ops_.fetch_add(1, std::memory_order_relaxed);
     schedule(op);
     if (!poll_until_done(state.done)) cpu_pool_->share_work();  // Note [Polling in wait]
     while (state.done.load(std::memory_order_acquire) == 0) state.done.wait(0);
@@ -506,6 +694,7 @@ void ThreadedEngine::delete_var(Var* var, OpFn on_delete) {
     return;
   }
   // Not push(): vars are deleted while shutdown drains the last ops too.
+  pending_ops_.fetch_add(1, std::memory_order_relaxed);
   enqueue(
       [var, on_delete = std::move(on_delete)](const RunContext& context) mutable {
         if (on_delete) on_delete(context);
@@ -514,16 +703,31 @@ void ThreadedEngine::delete_var(Var* var, OpFn on_delete) {
       Device::cpu(), {}, {var}, "delete_var", std::source_location::current());
 }
 
+bool ThreadedEngine::stop(const char* reason) {
+  const char* running = nullptr;
+  return stopped_.compare_exchange_strong(running, reason);
+}
+
+void ThreadedEngine::finish_pending() {
+  for (int runs; (runs = inline_runs_.load()) != 0;) inline_runs_.wait(runs);
+  for (int64_t pending; (pending = pending_ops_.load()) != 0;) pending_ops_.wait(pending);
+}
+
 void ThreadedEngine::shutdown(ShutdownMode mode) {
-  if (stopped_.exchange(true)) return;
-  if (mode == ShutdownMode::kCancel) cancelling_.store(true);
-  // Cancelled ops still run their bookkeeping, so the queue drains either way.
-  for (int64_t pending; (pending = pending_ops_.load(std::memory_order_acquire)) != 0;) {
-    pending_ops_.wait(pending, std::memory_order_acquire);
+  if (stop(kRefusedAfterShutdown)) {
+    if (mode == ShutdownMode::kCancel) cancelling_.store(true);
+    // Cancelled ops still run their bookkeeping, so the queue drains either way.
+    finish_pending();
   }
   cpu_pool_.reset();
   cuda_pools_.clear();
   cuda_watchers_.clear();
+}
+
+void ThreadedEngine::shutdown_at_exit() {
+  // From inside an op (an op that calls exit()), draining would wait for
+  // that very op: stop only.
+  if (stop(kRefusedAtExit) && !inside_op()) finish_pending();
 }
 
 }  // namespace tandem::engine

@@ -1,5 +1,7 @@
 #include "core/engine/var.h"
 
+#include <utility>
+
 #include "core/engine/object_pool.h"
 #include "core/engine/op_record.h"
 
@@ -13,9 +15,10 @@ struct Var::Block {
 
 using BlockPool = ObjectPool<Var::Block>;
 
-Var* Var::create(Device device) {
+Var* Var::create(Device device, size_t new_bytes) {
   Var* var = ObjectPool<Var>::create();
   var->device_ = device;
+  var->new_bytes_ = new_bytes;
   return var;
 }
 
@@ -47,6 +50,7 @@ bool Var::append_write(OpRecord* op) {
   block->write = true;
   block->next = sentinel;
   tail_ = sentinel;
+  op->bytes += static_cast<int64_t>(std::exchange(new_bytes_, 0));
   if (pending_write_ != nullptr) return false;
   pending_write_ = block;
   if (running_reads_ != 0) return false;
@@ -64,6 +68,7 @@ bool Var::try_claim_read() {
 bool Var::try_claim_write() {
   std::lock_guard lock(mu_);
   if (pending_write_ != nullptr || running_reads_ != 0) return false;
+  new_bytes_ = 0;  // Written now, so no longer in flight.
   // A running write is a block of its own, as if appended by append_write;
   // it has no op, and complete_write never looks for one.
   Block* sentinel = BlockPool::create();

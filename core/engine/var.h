@@ -40,8 +40,10 @@ using ReadyOps = absl::InlinedVector<OpRecord*, 8>;
 class Var {
  public:
   // Vars come from a pool (see object_pool.h); create and destroy them here.
-  // `device`: where the data it guards lives.
-  static Var* create(Device device = Device::cpu());
+  // `device`: where the data it guards lives; `new_bytes`: its size when it
+  // is new memory, which the first op that writes it carries (see
+  // append_write) until it finishes.
+  static Var* create(Device device = Device::cpu(), size_t new_bytes = 0);
   static void destroy(Var* var);
 
   Var();
@@ -51,7 +53,10 @@ class Var {
 
   // Queues `op` as a reader. Returns true if it may read right away.
   bool append_read(OpRecord* op);
-  // Queues `op` as a writer. Returns true if it may write right away.
+  // Queues `op` as a writer. Returns true if it may write right away. The
+  // var's new bytes, if no write took them yet, move to `op->bytes`: those
+  // bytes are in flight until the op finishes (Note [Bounded run-ahead] in
+  // threaded_engine.cc).
   bool append_write(OpRecord* op);
   // Claim the var for a read (a write) that starts now, for an op run
   // without a queue entry (Engine::run_if_free), if nothing blocks it; false,
@@ -104,6 +109,7 @@ class Var {
   Block* pending_write_ = nullptr;
   bool to_delete_ = false;
   Device device_;
+  size_t new_bytes_ = 0;  // Until the first write takes them.
 };
 
 }  // namespace tandem::engine

@@ -1,6 +1,7 @@
 #include "core/engine/worker_pool.h"
 
 #include <chrono>
+#include <system_error>
 
 #include "core/cuda/runtime.h"
 #include "core/error.h"
@@ -9,16 +10,32 @@
 namespace tandem::engine {
 
 WorkerPool::WorkerPool(Device device, int num_workers, Runner runner)
-    : device_(device), runner_(std::move(runner)), ring_(1024) {
-  threads_.reserve(num_workers);
-  for (int i = 0; i < num_workers; ++i) threads_.emplace_back([this, i] { work(i); });
+    : device_(device), num_workers_(num_workers), runner_(std::move(runner)), ring_(1024) {
+  start_threads();
 }
 
-WorkerPool::~WorkerPool() {
+WorkerPool::~WorkerPool() { stop_threads(); }
+
+void WorkerPool::start_threads() {
+  threads_.reserve(num_workers_);
+  for (int i = 0; i < num_workers_; ++i) {
+    try {
+      threads_.emplace_back([this, i] { work(i); });
+    } catch (const std::system_error& e) {
+      stop_threads();
+      throw Error(str_cat("cannot start ", device_.to_string(), " worker thread ", i + 1, " of ",
+                          num_workers_, ": ", e.what()));
+    }
+  }
+}
+
+void WorkerPool::stop_threads() {
   stopping_.store(true);
   wake_epoch_.fetch_add(1);
   wake_epoch_.notify_all();
   for (auto& thread : threads_) thread.join();
+  threads_.clear();
+  stopping_.store(false);
 }
 
 void WorkerPool::submit(OpRecord* op) {

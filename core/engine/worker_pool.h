@@ -45,7 +45,8 @@ class WorkerPool {
   using Runner = std::function<OpRecord*(OpRecord*, const RunContext&)>;
 
   // A CUDA device's workers make it current on their threads and run ops
-  // with the device's stream (core/cuda/runtime.h).
+  // with the device's stream (core/cuda/runtime.h). Throws tandem::Error,
+  // having started nothing, when the system refuses a thread.
   WorkerPool(Device device, int num_workers, Runner runner);
   ~WorkerPool();  // Joins the workers; the queue must be empty by then.
 
@@ -53,7 +54,14 @@ class WorkerPool {
   // Wakes a sleeper if ops are queued and no worker polls; see Note [Waking
   // workers]. Called by workers, and by the frontend before it blocks.
   void share_work();
-  int size() const { return static_cast<int>(threads_.size()); }
+  int size() const { return num_workers_; }
+
+  // Joins the workers, keeping the queue (which should be empty), and starts
+  // them again: around fork() (Note [Engines across fork] in
+  // threaded_engine.cc). start_threads throws tandem::Error as the
+  // constructor does.
+  void stop_threads();
+  void start_threads();
 
  private:
   static constexpr int64_t kSpinNanos = 50'000;
@@ -66,6 +74,7 @@ class WorkerPool {
   void wake_one();
 
   const Device device_;
+  const int num_workers_;
   const Runner runner_;
 
   Spinlock queue_mu_;

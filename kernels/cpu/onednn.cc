@@ -1,12 +1,17 @@
 #include "kernels/cpu/onednn.h"
 
+#include <omp.h>
+#include <pthread.h>
+
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <utility>
 
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "kernels/cpu/team_binding.h"
 
 namespace tandem::kernels::onednn {
 
@@ -25,7 +30,20 @@ namespace tandem::kernels::onednn {
 // first op is dispatched, the registry calls warm_up(), which makes and runs
 // one tiny primitive and one tiny sgemm (whose JIT kernels are statics of
 // their own) on the caller's thread, then asks the engine to drain before
-// anything constructed so far is destroyed.
+// anything constructed so far is destroyed. (When the main thread uses
+// Tandem, the engine drains even before any static object is destroyed:
+// Note [Draining at exit] in core/engine/engine.cc.)
+//
+// Note [OpenMP across fork]
+// libgomp does not survive fork(): a child whose forking thread had an
+// OpenMP team hangs in its next parallel region, waiting for threads that
+// exist only in the parent. The engine restarts its workers around a fork
+// (Note [Engines across fork] in core/engine/threaded_engine.cc), which
+// gives each a new team; for kernels run on the forking thread itself (the
+// naive engine, the caller's own OpenMP code) warm_up() registers a
+// pthread_atfork handler that releases that thread's team before the fork,
+// so that its next parallel region, in the parent and in the child, starts
+// a new one.
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -204,7 +222,19 @@ dnnl::primitive_attr post_op_attr(const FusedActivation& activation) {
   return attr;
 }
 
+namespace {
+
+void release_openmp_team_before_fork() { omp_pause_resource_all(omp_pause_soft); }
+
+}  // namespace
+
 void warm_up() {
+  // A TANDEM_BIND_THREADS the workers would refuse fails here, on the caller's
+  // thread, at its first op.
+  team_binding_enabled();
+  static std::once_flag at_fork;
+  std::call_once(at_fork,
+                 [] { pthread_atfork(release_openmp_team_before_fork, nullptr, nullptr); });
   dnnl::memory::desc md = desc({1, 1}, dnnl::memory::format_tag::ab);
   float a = 1, b = 1, c = 0;
   auto pd = make_pd("warm-up matmul", [&] {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "core/tensor.h"
 #include "tests/core/engine/engine_test_util.h"
 
 namespace tandem::engine::testing {
@@ -178,6 +179,81 @@ TEST(EngineInlineTest, PusherBlocksWhenTooManyOpsArePending) {
   pusher.join();
   engine->wait_all();
   EXPECT_EQ(ran.load(), 10 * kBound);
+}
+
+// Verifies that with max_bytes_in_flight set, a pusher blocks once the ops
+// pending would write more new memory than that for the first time (vars
+// made with bytes, as storages are), resumes when the workers catch up, and
+// that rewriting memory already written does not count.
+TEST(EngineInlineTest, PusherBlocksWhenTooManyNewBytesArePending) {
+  constexpr size_t kMiB = 1 << 20;
+  auto engine =
+      make_engine(EngineKind::kThreaded,
+                  {.cpu_workers = 1, .max_in_flight = 0, .max_bytes_in_flight = 4 * kMiB});
+  VarSet gate(*engine, 1);
+  std::vector<Var*> fresh;
+  for (int i = 0; i < 20; ++i) fresh.push_back(new_var(Device::cpu(), kMiB));
+  std::atomic<bool> release{false};
+  std::atomic<int> pushed{0};
+  std::thread pusher([&] {
+    push_gate(*engine, gate[0], release);
+    for (Var* var : fresh) {
+      engine->push([](const RunContext&) {}, Device::cpu(), {gate[0]}, {var}, "first_write");
+      ++pushed;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Four MiB pending is at the bound, a fifth is over it: the sixth push waits.
+  EXPECT_EQ(pushed.load(), 5) << "the pusher did not stop at the byte bound";
+  release = true;
+  pusher.join();
+  engine->wait_all();
+  // Rewrites of written memory: none is in flight, so none blocks.
+  release = false;
+  pushed = 0;
+  std::thread rewriter([&] {
+    push_gate(*engine, gate[0], release);
+    for (int round = 0; round < 5; ++round) {
+      for (Var* var : fresh) {
+        engine->push([](const RunContext&) {}, Device::cpu(), {gate[0]}, {var}, "rewrite");
+        ++pushed;
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(pushed.load(), 100) << "rewrites were held back as new memory";
+  release = true;
+  rewriter.join();
+  engine->wait_all();
+  for (Var* var : fresh) engine->delete_var(var);
+}
+
+// Verifies that a new storage waits, before it allocates, while the ops
+// pending are about to write more than max_bytes_in_flight of new memory:
+// a frontend that allocates a step's buffers before it pushes the step's
+// ops (a replayed graph) waits before holding a second step's memory.
+TEST(EngineInlineTest, NewStorageWaitsWhileTooManyBytesArePending) {
+  constexpr int64_t kMiB = 1 << 20;
+  configure(EngineKind::kThreaded, {.max_in_flight = 0, .max_bytes_in_flight = kMiB});
+  std::atomic<bool> release{false};
+  Tensor pending = Tensor::empty({2 * kMiB / 4});  // 2 MiB of float32, not yet written.
+  current().push(
+      [&release](const RunContext&) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      Device::cpu(), {}, {pending.var()}, "gate");
+  std::atomic<bool> allocated{false};
+  std::thread frontend([&] {
+    Tensor next = Tensor::empty({16});
+    allocated = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(allocated.load()) << "the new storage did not wait";
+  release = true;
+  frontend.join();
+  EXPECT_TRUE(allocated.load());
+  current().wait_all();
+  configure(EngineKind::kThreaded);
 }
 
 // Verifies that an op that pushes ops from inside (as a kernel's closure

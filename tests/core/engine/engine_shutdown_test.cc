@@ -85,6 +85,8 @@ TEST(EngineShutdownTest, CancelSkipsPendingOps) {
   } catch (const Error& e) {
     EXPECT_THAT(e.message(), HasSubstr("shut down"));
   }
+  // The other cancellations are failures too, which wait_all reports.
+  EXPECT_THROW(engine->wait_all(), Error);
 }
 
 // Verifies that deleting a var that ops still use waits for them: the
