@@ -115,7 +115,9 @@ TEST(AutogradTest, LongChain) {
 
 // Verifies that a failure inside backward names the user's line of the
 // forward call, not a line of Tandem's gradient helpers: here the kernel of
-// cross_entropy's backward op finds the bad target when it runs.
+// cross_entropy's backward op finds the bad target when it runs. The forward
+// op fails on its own too (it reads the same target), and that failure is
+// reported by the first wait on the loss, once.
 TEST(AutogradTest, BackwardFailureNamesTheForwardCallersLine) {
   Tensor logits = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor target = Tensor::from_vector<int64_t>({0, 7}, {2});
@@ -128,6 +130,13 @@ TEST(AutogradTest, BackwardFailureNamesTheForwardCallersLine) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("cross_entropy_backward: target 7 of sample 1"));
     EXPECT_THAT(e.what(), HasSubstr(str_cat("autograd_test.cc:", line)));
+    EXPECT_EQ(e.where().line(), static_cast<unsigned>(line));
+  }
+  try {
+    loss.item<double>();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cross_entropy: target 7 of sample 1"));
     EXPECT_EQ(e.where().line(), static_cast<unsigned>(line));
   }
 }
