@@ -1,6 +1,7 @@
 #include "kernels/registry.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "core/error.h"
 #include "kernels/cpu/onednn.h"
@@ -10,7 +11,9 @@ namespace tandem::kernels {
 
 const Registry& Registry::global() {
   static const Registry* registry = [] {
-    auto* r = new Registry;  // Never destroyed: ops may run during exit.
+    // Never destroyed once made (ops may run during exit); freed if making it
+    // throws (warm_up refusing a setting), as the next call tries again.
+    auto r = std::make_unique<Registry>();
     // Every op family, once. Order does not matter.
     register_elementwise_binary_ops(*r);
     register_elementwise_unary_ops(*r);
@@ -27,7 +30,7 @@ const Registry& Registry::global() {
     register_cuda_kernels(*r);  // After the ops whose slots it fills.
 #endif
     onednn::warm_up();  // Before any kernel can run; see Note [oneDNN at exit].
-    return r;
+    return r.release();
   }();
   return *registry;
 }
