@@ -13,6 +13,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Waits until `count` reaches `expected` (a thread that is slow to start,
+// on a loaded machine), then a little longer, so that a thread that was
+// going to run past it has had the time to; returns the count then.
+int settled_count(const std::atomic<int>& count, int expected) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (count.load() < expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return count.load();
+}
+
 // Pushes an op that writes `var` and runs until `release` is set.
 void push_gate(Engine& engine, Var* var, const std::atomic<bool>& release) {
   engine.push(
@@ -172,8 +184,7 @@ TEST(EngineInlineTest, PusherBlocksWhenTooManyOpsArePending) {
       ++pushed;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_LE(pushed.load(), kBound) << "the pusher ran past the bound";
+  EXPECT_LE(settled_count(pushed, kBound), kBound) << "the pusher ran past the bound";
   EXPECT_EQ(ran.load(), 0);
   release = true;
   pusher.join();
@@ -202,9 +213,8 @@ TEST(EngineInlineTest, PusherBlocksWhenTooManyNewBytesArePending) {
       ++pushed;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   // Four MiB pending is at the bound, a fifth is over it: the sixth push waits.
-  EXPECT_EQ(pushed.load(), 5) << "the pusher did not stop at the byte bound";
+  EXPECT_EQ(settled_count(pushed, 5), 5) << "the pusher did not stop at the byte bound";
   release = true;
   pusher.join();
   engine->wait_all();
@@ -220,8 +230,7 @@ TEST(EngineInlineTest, PusherBlocksWhenTooManyNewBytesArePending) {
       }
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(pushed.load(), 100) << "rewrites were held back as new memory";
+  EXPECT_EQ(settled_count(pushed, 100), 100) << "rewrites were held back as new memory";
   release = true;
   rewriter.join();
   engine->wait_all();
@@ -242,12 +251,14 @@ TEST(EngineInlineTest, NewStorageWaitsWhileTooManyBytesArePending) {
         while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       },
       Device::cpu(), {}, {pending.var()}, "gate");
+  std::atomic<int> started{0};
   std::atomic<bool> allocated{false};
   std::thread frontend([&] {
+    started = 1;
     Tensor next = Tensor::empty({16});
     allocated = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  settled_count(started, 1);
   EXPECT_FALSE(allocated.load()) << "the new storage did not wait";
   release = true;
   frontend.join();
