@@ -3,10 +3,13 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -65,7 +68,10 @@ struct BlockSource {
 // released only once a reading taken after it entered the cache is 2 s
 // old; at most four times a period the blocks older than that go back to
 // the system, outside the lock, and malloc_trim returns what glibc keeps of
-// them in its heap, so that the resident set shrinks too. A time bound
+// them in its heap, so that the resident set shrinks too. The release runs
+// inside allocate and deallocate calls (the allocator has no thread of its
+// own): a process that stops making tensors keeps what it had cached until
+// its next call or empty_cache(). A time bound
 // rather than a cap on the cached bytes, because what a loop needs cached is
 // its working set, which no fixed cap knows: a cap below it would free and
 // reallocate every step. Figures in bench/README.md (bench_memory): eager
@@ -220,10 +226,22 @@ class CachingAllocator final : public Allocator {
     return released;
   }
 
-  // Gives blocks taken out of the cache back to the system.
-  void release(const Released& released) {
+  // Gives blocks taken out of the cache back to the system. Never throws:
+  // deallocate() calls it, from a Storage's destructor. A block the system
+  // will not take back (a CUDA error) is left to it, and said once.
+  void release(const Released& released) noexcept {
     if (released.blocks.empty()) return;
-    for (void* block : released.blocks) source_.free(block);
+    for (void* block : released.blocks) {
+      try {
+        source_.free(block);
+      } catch (const std::exception& e) {
+        static std::atomic<bool> said{false};
+        if (!said.exchange(true)) {
+          std::fprintf(stderr, "tandem: could not give a cached block back to %s: %s\n",
+                       source_.name.c_str(), e.what());
+        }
+      }
+    }
     if (source_.trim) source_.trim();
   }
 

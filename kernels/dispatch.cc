@@ -250,6 +250,7 @@ Outputs dispatch_with_scalars_on(Device device, const OpDef& op, absl::Span<cons
 Outputs dispatch(const OpDef& op, absl::Span<const Tensor> given, const Attrs& attrs,
                  const std::source_location& where) {
   CallSiteScope site(op.name.c_str(), where);
+  engine::drain_when_main_thread_exits();  // Note [Draining at exit] in core/engine/engine.cc.
   if (op.num_inputs == kVariadic) {
     TANDEM_CHECK(!given.empty(), "expects at least one input, got none");
   } else {

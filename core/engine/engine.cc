@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/engine/naive_engine.h"
@@ -30,10 +31,11 @@ namespace tandem::engine {
 //
 // So the drain runs at the very start of exit: glibc's exit() first
 // destroys the exiting thread's thread_local objects, then runs atexit
-// handlers and static destructors. When the main thread first uses the
-// engine it constructs a thread_local whose destructor drains the engine
-// (Engine::shutdown_at_exit), and returning from main, or exit() on the main
-// thread, runs it before any static object is destroyed. The drain also
+// handlers and static destructors. When the main thread first calls an op
+// (or starts or configures the engine) it constructs a thread_local whose
+// destructor drains the engine (Engine::shutdown_at_exit), and returning
+// from main, or exit() on the main thread, runs it before any static object
+// is destroyed. The drain also
 // stops the engine: a push from a thread still running after that (a
 // detached thread, a static destructor) throws tandem::Error ("the process
 // is exiting") instead of running a kernel on half-destroyed state; waits on
@@ -91,22 +93,24 @@ void shut_down_at_exit() {
   }
 }
 
-// See Note [Draining at exit].
-struct DrainWhenMainThreadExits {
-  ~DrainWhenMainThreadExits() { shut_down_at_exit(); }
-};
-
-void drain_when_main_thread_exits() {
-  if (getpid() != static_cast<pid_t>(syscall(SYS_gettid))) return;
-  [[maybe_unused]] static thread_local DrainWhenMainThreadExits drain;
-}
-
 void install_locked(Global& g, std::unique_ptr<Engine> engine) {
   g.engines.push_back(std::move(engine));
   detail::current_engine.store(g.engines.back().get(), std::memory_order_release);
 }
 
+// See Note [Draining at exit].
+struct DrainWhenMainThreadExits {
+  ~DrainWhenMainThreadExits() { shut_down_at_exit(); }
+};
+
 }  // namespace
+
+void drain_when_main_thread_exits() {
+  static thread_local bool checked = false;
+  if (std::exchange(checked, true)) return;
+  if (getpid() != static_cast<pid_t>(syscall(SYS_gettid))) return;
+  [[maybe_unused]] static thread_local DrainWhenMainThreadExits drain;
+}
 
 Var* new_var(Device device, size_t bytes) { return Var::create(device, bytes); }
 

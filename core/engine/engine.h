@@ -210,10 +210,18 @@ inline Engine& current() {
   return detail::start_current();
 }
 
+// Called on the main thread, arranges for the process-wide engine to drain
+// when that thread exits (returns from main, or calls exit()), before any
+// static object is destroyed (Note [Draining at exit] in engine.cc); on any
+// other thread it does nothing. Cheap after the first call on a thread.
+// kernels::call makes it on every op, so a program whose main thread calls
+// ops never needs to.
+void drain_when_main_thread_exits();
+
 // Makes sure the process-wide engine finishes its pending work before static
 // state constructed so far is destroyed at exit. A program whose main thread
-// has used Tandem never needs it: the engine then drains before any static
-// object is destroyed. For a program that exits from another thread, a
+// calls ops never needs it: the engine then drains before any static object
+// is destroyed. For a program that exits from another thread, a
 // library whose kernels rely on static state it creates later (oneDNN's
 // primitive cache, say) calls this once after creating it, since exit
 // destroys statics in reverse order of construction.

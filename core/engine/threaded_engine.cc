@@ -319,8 +319,11 @@ void ThreadedEngine::after_fork(bool in_child) {
       for (auto& watcher : cuda_watchers_) watcher->start_thread();
     }
   } catch (const std::exception& e) {
-    stop_message_ = str_cat("the engine could not restart its workers after fork(): ", e.what());
-    stop(stop_message_.c_str());
+    // stopped_ may point at stop_message_: set it only while nothing does.
+    if (stopped_.load() == nullptr) {
+      stop_message_ = str_cat("the engine could not restart its workers after fork(): ", e.what());
+      stop(stop_message_.c_str());
+    }
   }
 }
 
@@ -374,16 +377,26 @@ void ThreadedEngine::push_op(OpFn fn, Device device, VarSpan reads, VarSpan writ
     release_pending(0);
     throw Error(reason, name, where);
   }
-  enqueue(std::move(fn), device, reads, writes, name, where);
+  try {
+    enqueue(std::move(fn), device, reads, writes, name, where);
+  } catch (...) {
+    release_pending(0);  // Nothing was scheduled (out of memory for the op's record).
+    throw;
+  }
 }
 
 void ThreadedEngine::enqueue(OpFn fn, Device device, VarSpan reads, VarSpan writes,
                              const char* name, const std::source_location& where) {
   int64_t push_begin = profiler::enabled() ? profiler::now_ns() : 0;
   OpRecord* op = OpPool::create();
+  try {
+    op->reads.assign(reads.begin(), reads.end());
+    op->writes.assign(writes.begin(), writes.end());
+  } catch (...) {
+    OpPool::destroy(op);
+    throw;
+  }
   op->fn = std::move(fn);
-  op->reads.assign(reads.begin(), reads.end());
-  op->writes.assign(writes.begin(), writes.end());
   normalize_vars(op);
   op->device = device;
   op->name = name;
