@@ -163,7 +163,6 @@ TEST_F(AllocatorTest, StatsBookkeeping) {
   EXPECT_EQ(allocator().stats().cached - start_.cached, 3 * kMiB);
 }
 
-// Verifies that empty_cache drops every cached block and the next request misses.
 // Verifies Note [Releasing unused blocks]: a cached block nobody took for
 // longer than the release period goes back to the system, while a block a
 // steady loop takes and returns over and over stays cached, every take a hit.
@@ -197,6 +196,7 @@ TEST_F(AllocatorTest, ReleasePeriodZeroKeepsBlocks) {
   EXPECT_EQ(allocator().stats().released, start_.released);
 }
 
+// Verifies that empty_cache drops every cached block and the next request misses.
 TEST_F(AllocatorTest, EmptyCacheDropsCachedBlocks) {
   void* p = allocator().allocate(kMiB);
   allocator().deallocate(p, kMiB);

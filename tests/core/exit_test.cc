@@ -2,9 +2,9 @@
 // then exit, and a thread still running inference when the main thread
 // exits. Each child (a death test) must exit with its own status, never by
 // a signal (Note [Draining at exit] in core/engine/engine.cc). Before the
-// exit drain ran ahead of static destruction, 9 runs in 10 of the first
-// child crashed inside oneDNN's JIT kernels; the engine tests check the
-// same rules deterministically (tests/core/engine/engine_exit_test.cc).
+// exit drain ran ahead of static destruction, such children crashed inside
+// oneDNN's JIT kernels now and then; the engine tests check the same rules
+// deterministically (tests/core/engine/engine_exit_test.cc).
 #include <unistd.h>
 
 #include <chrono>
