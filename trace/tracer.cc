@@ -41,10 +41,16 @@ int Tracer::add_output(const Tensor& tensor, std::string name) {
   return static_cast<int>(graph_.outputs.size()) - 1;
 }
 
+const std::vector<Tracer::Known>* Tracer::known_in(const Tensor& tensor) const {
+  auto it = known_.find(tensor.storage().get());
+  if (it == known_.end() || it->second.storage.expired()) return nullptr;
+  return &it->second.values;
+}
+
 std::optional<ValueId> Tracer::find(const Tensor& tensor) const {
-  auto it = known_.find(tensor.storage());
-  if (it == known_.end()) return std::nullopt;
-  for (const Known& k : it->second) {
+  const std::vector<Known>* known = known_in(tensor);
+  if (known == nullptr) return std::nullopt;
+  for (const Known& k : *known) {
     if (k.byte_offset == tensor.byte_offset() && k.shape == tensor.shape() &&
         k.dtype == tensor.dtype()) {
       return k.value;
@@ -54,17 +60,18 @@ std::optional<ValueId> Tracer::find(const Tensor& tensor) const {
 }
 
 void Tracer::remember(const Tensor& tensor, ValueId value) {
-  known_[tensor.storage()].push_back({tensor.byte_offset(), tensor.shape(), tensor.dtype(), value});
+  Seen& seen = known_[tensor.storage().get()];
+  if (seen.storage.expired()) seen = {tensor.storage(), {}};  // New, or new data at an old address.
+  seen.values.push_back({tensor.byte_offset(), tensor.shape(), tensor.dtype(), value});
 }
 
 ValueId Tracer::value_of(const Tensor& tensor, const std::source_location& where) {
   if (std::optional<ValueId> id = find(tensor)) return *id;
-  auto it = known_.find(tensor.storage());
-  if (it != known_.end()) {
+  if (const std::vector<Known>* known = known_in(tensor)) {
     // A view of data the trace knows (Note [How traced values are identified]):
     // find a known value of the same dtype whose bytes contain it.
     const size_t begin = tensor.byte_offset(), end = begin + tensor.nbytes();
-    for (const Known& k : it->second) {
+    for (const Known& k : *known) {
       const size_t k_end =
           k.byte_offset + static_cast<size_t>(k.shape.numel()) * dtype_size(k.dtype);
       if (k.dtype == tensor.dtype() && k.byte_offset <= begin && end <= k_end) {
@@ -122,9 +129,9 @@ void Tracer::on_view(const Tensor& view, const Tensor& base, const std::source_l
   if (find(view)) return;  // Data the trace already names.
   // A view of data from outside the trace waits until an op reads it (it
   // becomes a state input then, with its view nodes).
-  auto it = known_.find(base.storage());
-  if (it == known_.end()) return;
-  for (const Known& k : it->second) {
+  const std::vector<Known>* known = known_in(base);
+  if (known == nullptr) return;
+  for (const Known& k : *known) {
     if (k.byte_offset == base.byte_offset() && k.shape == base.shape() && k.dtype == base.dtype()) {
       Known known = k;  // record_view appends to the vector `k` lives in.
       record_view(view, known, where);

@@ -21,9 +21,11 @@
 // or, for views of data from outside the trace, when an op reads them. A tensor whose
 // storage it has never seen comes from outside (a parameter, a buffer,
 // optimizer state, a captured constant): it becomes a state input, read live
-// from that very handle on every replay. The tracer keeps every storage it
-// has seen alive until it finishes, so an address is never reused for
-// different data during a trace.
+// from that very handle on every replay. The tracer does not keep the
+// storages it has seen alive (a traced training step frees its activations
+// as eagerly as an untraced one): it holds a weak reference beside each, and
+// an address whose storage has died names nothing any more, whatever new
+// storage comes to live there.
 //
 // Note [State the traced code rebinds]
 // Tensor::assign_ on a tensor that existed before the trace (an optimizer
@@ -126,7 +128,14 @@ class Tracer final : public kernels::DispatchObserver, public TensorObserver {
   Graph graph_;
   std::vector<Tensor> state_;
   absl::flat_hash_map<ValueId, size_t> state_index_;  // kState input -> index in state_.
-  absl::flat_hash_map<std::shared_ptr<Storage>, std::vector<Known>> known_;
+  // The values seen in each storage (Note [How traced values are identified]).
+  struct Seen {
+    std::weak_ptr<Storage> storage;  // Expired: the address may hold other data now.
+    std::vector<Known> values;
+  };
+  // The values known in `tensor`'s storage; null if none.
+  const std::vector<Known>* known_in(const Tensor& tensor) const;
+  absl::flat_hash_map<const Storage*, Seen> known_;
   // Handles made by recorded ops: rebinding them is not a state write.
   absl::flat_hash_set<const TensorImpl*> made_here_;
   std::vector<Tensor> assigned_;  // Pre-existing tensors rebound, first time order.
