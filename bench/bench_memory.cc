@@ -24,7 +24,9 @@
 //            read every 20 steps; eager, or the whole step hybridized.
 // Each row prints samples/s (sweep and storm: samples of all calls over the
 // wall time), peak RSS (VmHWM), the CPU allocator's cached bytes at the end
-// and the most it held cached after any call, and its peak bytes in use.
+// and the most it held cached after any call, and its peak bytes in use;
+// the training rows also the peak in use after the warm-up (steady use) and,
+// hybridized, the bytes of the step's memory plan (planned).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -46,10 +48,16 @@ constexpr int64_t kStormShapes = 2000;
 const char* const kRows[] = {"sweep",      "storm",     "mlp-eager",
                              "mlp-hybrid", "cnn-eager", "cnn-hybrid"};
 
-// Watches the CPU allocator's cache between calls.
+// Watches the CPU allocator's cache between calls, and keeps the peak in use
+// across a reset of it (the steady-state peak of the training rows).
 struct CacheWatch {
   size_t max_cached = 0;
+  size_t peak_before_reset = 0;
   void sample() { max_cached = std::max(max_cached, allocator_for(Device::cpu()).stats().cached); }
+  void reset_peak() {
+    peak_before_reset = allocator_for(Device::cpu()).stats().peak_in_use;
+    allocator_for(Device::cpu()).reset_peak();
+  }
 };
 
 void emit_memory(const CacheWatch& watch) {
@@ -57,7 +65,7 @@ void emit_memory(const CacheWatch& watch) {
   AllocatorStats stats = allocator_for(Device::cpu()).stats();
   bench::emit("cached_mib", stats.cached / 1048576.0);
   bench::emit("max_cached_mib", std::max(watch.max_cached, stats.cached) / 1048576.0);
-  bench::emit("peak_in_use_mib", stats.peak_in_use / 1048576.0);
+  bench::emit("peak_in_use_mib", std::max(stats.peak_in_use, watch.peak_before_reset) / 1048576.0);
   bench::emit("peak_rss_mib", bench::proc_status_mib("VmHWM"));
 }
 
@@ -137,10 +145,17 @@ void training_child(const std::string& model_name, bool hybridized, int steps) {
     engine::current().wait_all();
   };
   run_steps(0, bench::kReportEvery);  // Warm-up: traces, caches, page faults.
+  watch.reset_peak();
   bench::Clock::time_point begin = bench::Clock::now();
   run_steps(bench::kReportEvery, steps);
   double seconds = bench::ns_between(begin, bench::Clock::now()) / 1e9;
   bench::emit("samples_per_s", steps * bench::kBatchSize / seconds);
+  bench::emit("steady_peak_in_use_mib",
+              allocator_for(Device::cpu()).stats().peak_in_use / 1048576.0);
+  if (hybridized) {
+    bench::emit("planned_mib",
+                hybrid_step.last_executor()->memory_plan().planned_bytes / 1048576.0);
+  }
   emit_memory(watch);
 }
 
@@ -164,8 +179,8 @@ int main(int argc, char** argv) try {
   std::printf(
       "Memory: one process per row; MiB; CPU allocator cache at the end / most after a "
       "call\n");
-  std::printf("  %-11s %10s %9s %9s %9s %9s\n", "row", "samples/s", "peak RSS", "cached",
-              "max cache", "peak use");
+  std::printf("  %-11s %10s %9s %9s %9s %9s %11s %8s\n", "row", "samples/s", "peak RSS", "cached",
+              "max cache", "peak use", "steady use", "planned");
   for (const char* row : kRows) {
     if (!only.empty() && only != row) continue;
     std::string command = bench::program_beside("bench_memory") + " --child --row " + row +
@@ -176,9 +191,12 @@ int main(int argc, char** argv) try {
       std::printf("  %-11s (failed)\n", row);
       continue;
     }
-    std::printf("  %-11s %10.0f %9.0f %9.1f %9.1f %9.1f%s\n", row, bench::get(*r, "samples_per_s"),
-                bench::get(*r, "peak_rss_mib"), bench::get(*r, "cached_mib"),
-                bench::get(*r, "max_cached_mib"), bench::get(*r, "peak_in_use_mib"),
+    // nan where a row has no such figure (inference: no steady phase; eager: no plan).
+    std::printf("  %-11s %10.0f %9.0f %9.1f %9.1f %9.1f %11.1f %8.1f%s\n", row,
+                bench::get(*r, "samples_per_s"), bench::get(*r, "peak_rss_mib"),
+                bench::get(*r, "cached_mib"), bench::get(*r, "max_cached_mib"),
+                bench::get(*r, "peak_in_use_mib"), bench::get(*r, "steady_peak_in_use_mib"),
+                bench::get(*r, "planned_mib"),
                 bench::get(*r, "fashion_mnist") == 0 ? "  (synthetic batches)" : "");
   }
   return 0;
