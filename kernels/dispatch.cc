@@ -134,17 +134,17 @@ void note_first_run(const OpDef& op) {
 // not wait for behind a long convolution.
 constexpr int64_t kTinyElements = 4096;
 
-bool is_tiny(const OpDef& op, int64_t elements) {
-  return !uses_all_cores(op, elements) && elements <= kTinyElements;
-}
-
 // Elements a call touches, inputs and outputs together: the size that
-// decides is_tiny and uses_all_cores.
+// decides is_tiny.
 int64_t elements_of(absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs) {
   int64_t elements = 0;
   for (const Tensor& t : inputs) elements += t.numel();
   for (const Tensor& t : outputs) elements += t.numel();
   return elements;
+}
+
+bool is_tiny(const OpDef& op, absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs) {
+  return elements_of(inputs, outputs) <= kTinyElements && !uses_all_cores(op, inputs, outputs);
 }
 
 // A rank-0 CPU tensor is a scalar operand, welcome beside tensors on any
@@ -181,13 +181,22 @@ AllCoresLock::~AllCoresLock() {
   }
 }
 
-bool uses_all_cores(const OpDef& op, int64_t elements) {
-  return op.uses_all_cores && elements > op.single_threaded_up_to;
+bool uses_all_cores(const OpDef& op, const CallShapes& shapes) {
+  return op.uses_all_cores && (op.one_core == nullptr || !op.one_core(shapes));
+}
+
+bool uses_all_cores(const OpDef& op, absl::Span<const Tensor> inputs,
+                    absl::Span<const Tensor> outputs) {
+  if (!op.uses_all_cores) return false;
+  if (op.one_core == nullptr) return true;
+  absl::InlinedVector<const Shape*, 4> input_shapes, output_shapes;
+  for (const Tensor& t : inputs) input_shapes.push_back(&t.shape());
+  for (const Tensor& t : outputs) output_shapes.push_back(&t.shape());
+  return !op.one_core({input_shapes, output_shapes});
 }
 
 void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) {
-  if (context.run.device.is_cpu() &&
-      uses_all_cores(op, elements_of(context.inputs, context.outputs))) {
+  if (context.run.device.is_cpu() && uses_all_cores(op, context.inputs, context.outputs)) {
     // See Note [Thread budget] and Note [Binding the team to cores].
     AllCoresLock lock;
     bind_team_to_cores(context.run.worker);
@@ -304,7 +313,7 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> given, const Attrs& a
   for (const Tensor& t : inputs) reads.push_back(t.var());
   for (const Tensor& t : outputs) writes.push_back(t.var());
   engine::Engine& engine = engine::current();
-  if (run_device.is_cpu() && is_tiny(op, elements_of(inputs, outputs))) {
+  if (run_device.is_cpu() && is_tiny(op, inputs, outputs)) {
     // Note [Tiny ops run inline] in core/engine/threaded_engine.cc: on the
     // inputs' snapshots and the new outputs, which nothing can rebind while
     // it runs.

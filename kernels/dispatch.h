@@ -76,10 +76,11 @@ Tensor call1(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attr
 // (trace/executor.h).
 void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context);
 
-// Whether this call of `op`, touching `elements` elements (inputs and
-// outputs together), runs on every core (OpDef::uses_all_cores and
-// OpDef::single_threaded_up_to).
-bool uses_all_cores(const OpDef& op, int64_t elements);
+// Whether a call of `op` with these shapes runs on every core
+// (OpDef::uses_all_cores and OpDef::one_core).
+bool uses_all_cores(const OpDef& op, const CallShapes& shapes);
+bool uses_all_cores(const OpDef& op, absl::Span<const Tensor> inputs,
+                    absl::Span<const Tensor> outputs);
 
 // Sees every op dispatched on the thread that installed it, after its outputs
 // exist and before its kernel is pushed. The autograd tape and the tracer are

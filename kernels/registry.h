@@ -38,6 +38,13 @@ struct TensorMeta {
   Shape shape;
   DType dtype = DType::kFloat32;
 };
+// The shapes of one call's inputs and outputs, for OpDef::one_core: what an
+// eager call's tensors or a graph's values say, without copying either.
+struct CallShapes {
+  absl::Span<const Shape* const> inputs;
+  absl::Span<const Shape* const> outputs;
+};
+
 // Inference's answer, one per output: inline for the usual single output, so
 // that inferring a call allocates nothing.
 using TensorMetas = absl::InlinedVector<TensorMeta, 1>;
@@ -97,10 +104,12 @@ struct OpDef {
   // The CPU kernel runs multi-threaded (oneDNN's OpenMP) and gets the whole
   // thread budget; see Note [Thread budget] in dispatch.h.
   bool uses_all_cores = false;
-  // For a uses_all_cores op: calls that touch at most this many elements,
-  // inputs and outputs together, stay on one thread (matmul's plain loops for
-  // tiny products), so they skip the all-cores lock and may run inline.
-  int64_t single_threaded_up_to = 0;
+  // For a uses_all_cores op: whether a call of these shapes runs on one
+  // thread instead (matmul's plain loops for tiny products, linear's kernel
+  // for a few rows), so that it skips the all-cores lock and may run inline.
+  // Its kernel must then start no OpenMP team. Null: every call uses all
+  // cores.
+  bool (*one_core)(const CallShapes& shapes) = nullptr;
   // For ops that choose where their outputs live (creation ops; to_device):
   // the outputs' device, from the resolved attributes. Null: the inputs'
   // device. The op runs on the GPU if either side is one (a copy to the host

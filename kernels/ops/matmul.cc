@@ -17,6 +17,7 @@
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/cpu/row_linear.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -221,10 +222,17 @@ void matmul_sgemm(const MatmulGeometry& g, const float* a, const float* b, float
 constexpr int64_t kSmallMatmul = 16 * 16 * 16;
 // A call whose operands and result hold at most this many elements has at
 // most kSmallMatmul multiply-adds, so it runs the plain loops on one thread
-// (OpDef::single_threaded_up_to): with M = batch * m, the element count is
-// E = Mk + kn + Mn, and (Mnk)^2 = Mk * kn * Mn <= (E / 3)^3, so E <= 3 * 16^2
-// gives Mnk <= 16^3.
+// (OpDef::one_core): with M = batch * m, the element count is E = Mk + kn +
+// Mn, and (Mnk)^2 = Mk * kn * Mn <= (E / 3)^3, so E <= 3 * 16^2 gives Mnk <=
+// 16^3.
 constexpr int64_t kSmallMatmulElements = 3 * 16 * 16;
+
+bool matmul_on_one_core(const CallShapes& shapes) {
+  int64_t elements = 0;
+  for (const Shape* s : shapes.inputs) elements += s->numel();
+  for (const Shape* s : shapes.outputs) elements += s->numel();
+  return elements <= kSmallMatmulElements;
+}
 
 void matmul_kernel(const KernelContext& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1], &out = c.outputs[0];
@@ -298,16 +306,31 @@ TensorMetas infer_linear(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   return {{Shape(out), in[0].dtype}};
 }
 
+// The rows of x: all its axes but the last, flattened.
+int64_t linear_rows(const Shape& y, const Shape& w) { return w[0] == 0 ? 0 : y.numel() / w[0]; }
+
+// linear's OpDef::one_core: the few-rows kernel (Note [Linear for a few
+// rows]) for float32, plain loops for float64; both on one thread.
+bool linear_on_one_core(const CallShapes& shapes) {
+  const Shape& w = *shapes.inputs[1];
+  return cpu::row_linear_fits(linear_rows(*shapes.outputs[0], w), w[1], w[0]);
+}
+
 void linear_kernel(const KernelContext& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &bias = c.inputs[2], &y = c.outputs[0];
   const int64_t in = w.shape()[1], out = w.shape()[0];
   if (y.numel() == 0) return;
-  const int64_t rows = y.numel() / out;
+  const int64_t rows = linear_rows(y.shape(), w.shape());
   const onednn::FusedActivation activation = onednn::fused_activation(c.attrs);
   visit_floating(x.dtype(), [&]<class T>() {
     const T *px = x.data<T>(), *pw = w.data<T>(), *pb = bias.data<T>();
     T* py = y.data<T>();
     if constexpr (std::is_same_v<T, float>) {
+      if (cpu::row_linear_fits(rows, in, out)) {  // Note [Linear for a few rows].
+        cpu::row_linear(px, pw, pb, py, rows, in, out);
+        onednn::apply_activation(activation, py, y.numel());
+        return;
+      }
       if (in > 0) {
         using namespace onednn;
         dnnl::memory::desc x_md = desc({rows, in}, dnnl::memory::format_tag::ab);
@@ -385,7 +408,7 @@ void register_matmul_ops(Registry& registry) {
                        "promoted); transpose_a/transpose_b use the transpose of the last two "
                        "axes",
                 .uses_all_cores = true,
-                .single_threaded_up_to = kSmallMatmulElements});
+                .one_core = matmul_on_one_core});
   registry.add({.name = "linear",
                 .num_inputs = 3,
                 .attrs = onednn::activation_attrs(),
@@ -394,7 +417,8 @@ void register_matmul_ops(Registry& registry) {
                 .gradient = linear_gradient,
                 .doc = "x @ weight^T + bias, then the activation (none by default); x [..., in], "
                        "weight [out, in], bias [out]",
-                .uses_all_cores = true});
+                .uses_all_cores = true,
+                .one_core = linear_on_one_core});
 }
 
 }  // namespace tandem::kernels

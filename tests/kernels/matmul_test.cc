@@ -158,12 +158,17 @@ TANDEM_OP_TEST_ROWS(matmul) {
   for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
   rows.back().tolerance = 1e-4;
   rows.back().check_gradient = false;
-  // Fused activations: float64 runs the plain loops, float32 oneDNN's post-op.
+  // A few rows: Note [Linear for a few rows] (a partial vector of inputs, and
+  // outputs past the last block of four).
+  add_both(rows, linear_row("few_rows", {3, 37}, 11));
+  // Fused activations: float64 runs the plain loops, float32 oneDNN's post-op
+  // (large) or the few-rows kernel followed by the activation's formula.
   for (const ActivationCase& a : kActivations) {
     add_both(rows, activated(linear_row("3d", {2, 2, 3}, 4), a));
     rows.push_back(activated(linear_row("large_f32", {32, 128}, 64), a));
     for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
     rows.back().tolerance = 1e-4;
+    add_both(rows, activated(linear_row("few_rows", {2, 37}, 11), a));
   }
   return rows;
 }
@@ -177,11 +182,17 @@ std::string matmul_error(Shape a, Shape b, Attrs attrs = {}) {
   return "no error";
 }
 
-// Verifies that an inner-dimension mismatch names both shapes and dimensions.
-// Verifies the promise behind matmul's OpDef::single_threaded_up_to: every
-// call the dispatcher lets skip the all-cores lock has at most 16^3
-// multiply-adds, so matmul_kernel runs it in its plain loops (kSmallMatmul),
-// never in oneDNN's OpenMP team; and that products above it do use every core.
+// Whether a product of these shapes takes the all-cores lock.
+bool product_uses_all_cores(const OpDef& op, const Shape& a, const Shape& b, const Shape& out) {
+  const Shape* inputs[] = {&a, &b};
+  const Shape* outputs[] = {&out};
+  return uses_all_cores(op, CallShapes{inputs, outputs});
+}
+
+// Verifies the promise behind matmul's OpDef::one_core: every call the
+// dispatcher lets skip the all-cores lock has at most 16^3 multiply-adds, so
+// matmul_kernel runs it in its plain loops (kSmallMatmul), never in oneDNN's
+// OpenMP team; and that products above it do use every core.
 TEST(MatmulTest, OnlyTinyProductsSkipTheAllCoresLock) {
   const OpDef& matmul = Registry::global().get("matmul");
   int64_t single_threaded = 0;
@@ -190,8 +201,9 @@ TEST(MatmulTest, OnlyTinyProductsSkipTheAllCoresLock) {
       for (int64_t n = 1; n <= 40; ++n) {
         for (int64_t k = 1; k <= 40; ++k) {
           for (bool broadcast_b : {false, true}) {
-            int64_t elements = batch * m * k + (broadcast_b ? 1 : batch) * k * n + batch * m * n;
-            if (uses_all_cores(matmul, elements)) continue;
+            Shape a{batch, m, k}, out{batch, m, n};
+            Shape b = broadcast_b ? Shape{k, n} : Shape{batch, k, n};
+            if (product_uses_all_cores(matmul, a, b, out)) continue;
             ++single_threaded;
             ASSERT_LE(batch * m * n * k, 16 * 16 * 16)
                 << "batch " << batch << " m " << m << " n " << n << " k " << k;
@@ -201,9 +213,33 @@ TEST(MatmulTest, OnlyTinyProductsSkipTheAllCoresLock) {
     }
   }
   EXPECT_GT(single_threaded, 0);
-  EXPECT_TRUE(uses_all_cores(matmul, 3 * 64 * 64));
+  EXPECT_TRUE(product_uses_all_cores(matmul, {64, 64}, {64, 64}, {64, 64}));
 }
 
+// Verifies linear's OpDef::one_core: a few rows of a layer whose weights
+// fit stay on one core (Note [Linear for a few rows]); a batch, or weights
+// too big for one core to stream, use every core.
+TEST(MatmulTest, LinearOfAFewRowsStaysOnOneCore) {
+  const OpDef& linear = Registry::global().get("linear");
+  auto all_cores = [&](Shape x, int64_t out) {
+    Shape w{out, x.dim(-1)}, b{out};
+    Shape::Dims y_dims(x.begin(), x.end());
+    y_dims.back() = out;
+    Shape y(y_dims);
+    const Shape* inputs[] = {&x, &w, &b};
+    const Shape* outputs[] = {&y};
+    return uses_all_cores(linear, CallShapes{inputs, outputs});
+  };
+  EXPECT_FALSE(all_cores({1, 784}, 256));
+  EXPECT_FALSE(all_cores({784}, 256));
+  EXPECT_FALSE(all_cores({2, 2, 784}, 256));
+  EXPECT_TRUE(all_cores({5, 784}, 256));
+  EXPECT_TRUE(all_cores({64, 784}, 256));
+  EXPECT_TRUE(all_cores({1, 8192}, 8192));
+  EXPECT_FALSE(all_cores({1, 0}, 16));
+}
+
+// Verifies that an inner-dimension mismatch names both shapes and dimensions.
 TEST(MatmulTest, InnerDimensionMismatchIsNamed) {
   EXPECT_THAT(matmul_error({2, 3}, {4, 5}),
               HasSubstr("matmul: shapes [2, 3] and [4, 5] cannot be multiplied: inner "
