@@ -5,6 +5,7 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 
 #include "core/cuda/runtime.h"
@@ -52,6 +53,10 @@ struct Executor::Program {
     absl::InlinedVector<bool, 4> patch_is_read;
   };
   std::vector<Segment> segments;
+  // For a call on the caller: every planned var some step writes, and every
+  // other one some step reads, each once.
+  absl::InlinedVector<engine::Var*, 16> reads, writes;
+  bool runs_on_caller = false;  // Note [Small calls run on the caller].
   int num_random_steps = 0;
   // Per graph input: its index among the caller's inputs, or -1 (constant).
   std::vector<int> input_position;
@@ -77,6 +82,29 @@ struct Executor::Program::Captured {
 };
 
 namespace {
+
+// Note [Small calls run on the caller]: at most this many elements, inputs
+// and outputs of every node together (a batch-1 MLP of 784-256-128-10 is
+// about 240K).
+constexpr int64_t kInlineCallElements = int64_t{1} << 20;
+
+// Whether every node of `g` runs on one core and they touch at most
+// kInlineCallElements elements in all.
+bool small_enough_for_the_caller(const Graph& g) {
+  int64_t elements = 0;
+  absl::InlinedVector<const Shape*, 4> inputs, outputs;
+  for (const Node& node : g.nodes) {
+    inputs.clear();
+    outputs.clear();
+    for (ValueId id : node.inputs) inputs.push_back(&g.value(id).shape);
+    for (ValueId id : node.outputs) outputs.push_back(&g.value(id).shape);
+    if (kernels::uses_all_cores(*node.op, kernels::CallShapes{inputs, outputs})) return false;
+    for (const Shape* shape : inputs) elements += shape->numel();
+    for (const Shape* shape : outputs) elements += shape->numel();
+    if (elements > kInlineCallElements) return false;
+  }
+  return true;
+}
 
 // What one call owns: the caller's inputs and the fresh outputs. Held by each
 // pushed op, so it lives until the call's last op has run.
@@ -288,6 +316,24 @@ Executor::Executor(Graph graph, ExecutorOptions options) {
   if (options.device.is_cuda() && options.cuda_graph) {
     p.captured = std::make_unique<Program::Captured>();
   }
+  if (options.device.is_cpu() && small_enough_for_the_caller(g)) {
+    // Each var once, as a write if any step writes it (run_if_free claims a
+    // var for reading or for writing, and a var claimed for both would never
+    // be free). Planned buffers are reused, so most are read and written.
+    p.runs_on_caller = true;
+    absl::flat_hash_set<engine::Var*> written;
+    for (const Program::Step& step : p.steps) {
+      for (engine::Var* var : step.writes) {
+        if (written.insert(var).second) p.writes.push_back(var);
+      }
+    }
+    absl::flat_hash_set<engine::Var*> read;
+    for (const Program::Step& step : p.steps) {
+      for (engine::Var* var : step.reads) {
+        if (!written.contains(var) && read.insert(var).second) p.reads.push_back(var);
+      }
+    }
+  }
   program_ = std::move(program);
 }
 
@@ -351,6 +397,20 @@ std::vector<Tensor> Executor::run(absl::Span<const Tensor> inputs,
   }
 
   engine::Engine& engine = engine::current();
+  if (p.runs_on_caller && !p.steps.empty()) {
+    // Note [Small calls run on the caller].
+    absl::InlinedVector<engine::Var*, 16> reads(p.reads.begin(), p.reads.end());
+    absl::InlinedVector<engine::Var*, 16> writes(p.writes.begin(), p.writes.end());
+    for (size_t i = 0; i < frame->externals.size(); ++i) {
+      bool input = i < static_cast<size_t>(p.num_call_inputs);
+      (input ? reads : writes).push_back(frame->externals[i].var());
+    }
+    const Program::Step& first = p.steps.front();
+    if (engine.run_if_free([&](const engine::RunContext& run) { run_all_steps(*frame, run); },
+                           reads, writes, first.op->name.c_str(), first.where)) {
+      return outputs;
+    }
+  }
   if (p.captured != nullptr && !p.steps.empty() && !(reseed && p.num_random_steps > 0)) {
     // The whole call as one op: Note [One launch per call].
     absl::InlinedVector<engine::Var*, 16> reads, writes;

@@ -26,6 +26,19 @@
 // Calls may overlap: the planned buffers are shared between calls, and the
 // engine orders each call's writes after the previous call's reads.
 //
+// Note [Small calls run on the caller]
+// A call of a small graph on the CPU (batch-1 inference, a recurrent cell)
+// runs on the calling thread when nothing it touches is pending, through
+// Engine::run_if_free, as a tiny eager op does (Note [Tiny ops run inline]
+// in core/engine/threaded_engine.cc): handing it to a worker and waking the
+// caller when it is done cost more than the work. Small means every node
+// runs on one core (OpDef::one_core; an OpenMP team started by the caller
+// would compete with the worker's) and the nodes touch at most
+// kInlineCallElements elements in all, a few tens of microseconds of work.
+// Anything pending on its vars, a larger graph, or a GPU: the segments are
+// pushed as usual. Either way the call returns the same outputs, and a
+// failing node is reported with its own op and traced line.
+//
 // Note [One launch per call]
 // On a CUDA device a call is one engine op, and from the second call on one
 // launch of a CUDA graph: the first call runs the kernels as usual (which

@@ -2,12 +2,16 @@
 // calls sharing planned buffers, bad inputs, reseeded random ops, failures.
 #include "trace/executor.h"
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include "core/engine/engine.h"
+#include "core/engine/var.h"
 #include "core/error.h"
 #include "kernels/dispatch.h"
 #include "tests/trace/graph_test_util.h"
@@ -74,6 +78,42 @@ TEST(ExecutorTest, ReplaysOnCudaMatchingTheCpu) {
       for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << "call " << call;
     }
   }
+}
+
+// Pushes an op that writes `t`'s var (its data untouched) and runs until
+// `release` is set: what a busy worker, or a tensor still being computed,
+// looks like.
+void push_gate(const Tensor& t, const std::atomic<bool>& release) {
+  engine::current().push(
+      [&release](const engine::RunContext&) {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      Device::cpu(), {}, {t.var()}, "gate");
+}
+
+// Verifies Note [Small calls run on the caller]: a call of a small graph
+// whose vars are free has run when run() returns, even while the worker is
+// busy; a call whose input is still being written, or of a graph too big to
+// run on the caller, is pushed, and gives the same answer.
+TEST(ExecutorTest, SmallCallsRunOnTheCaller) {
+  Tensor w = random_tensor({4, 3}, 2), b = random_tensor({4}, 3);
+  Tensor x = random_tensor({4, 3}, 1), pending = random_tensor({4, 3}, 4);
+  Tensor big = random_tensor({100000, 3}, 5);
+  engine::current().wait_all();
+  Executor small(mlp_graph(4)), large(mlp_graph(100000));
+  std::atomic<bool> release{false};
+  push_gate(Tensor::empty({1}), release);  // The worker is busy from now on.
+  std::vector<Tensor> now = small.run({x, w, b});
+  EXPECT_TRUE(now[0].var()->readable_now()) << "the small call did not run on the caller";
+  push_gate(pending, release);
+  std::vector<Tensor> queued = small.run({pending, w, b});
+  EXPECT_FALSE(queued[0].var()->readable_now()) << "ran before its input was written";
+  std::vector<Tensor> pushed = large.run({big, w, b});
+  EXPECT_FALSE(pushed[0].var()->readable_now()) << "the large call ran on the caller";
+  release = true;
+  EXPECT_EQ(now[0].to_vector<float>(), eager_mlp(x, w, b).to_vector<float>());
+  EXPECT_EQ(queued[0].to_vector<float>(), eager_mlp(pending, w, b).to_vector<float>());
+  EXPECT_EQ(pushed[0].to_vector<float>(), eager_mlp(big, w, b).to_vector<float>());
 }
 
 TEST(ExecutorTest, OverlappingCallsEachGetTheirOwnResult) {
