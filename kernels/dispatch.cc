@@ -143,8 +143,26 @@ int64_t elements_of(absl::Span<const Tensor> inputs, absl::Span<const Tensor> ou
   return elements;
 }
 
+// The shapes of a call's tensors, as OpDef::one_core and OpDef::work see them.
+class ShapesOf {
+ public:
+  ShapesOf(absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs) {
+    for (const Tensor& t : inputs) inputs_.push_back(&t.shape());
+    for (const Tensor& t : outputs) outputs_.push_back(&t.shape());
+  }
+  CallShapes view() const { return {inputs_, outputs_}; }
+
+ private:
+  absl::InlinedVector<const Shape*, 4> inputs_, outputs_;
+};
+
 bool is_tiny(const OpDef& op, absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs) {
-  return elements_of(inputs, outputs) <= kTinyElements && !uses_all_cores(op, inputs, outputs);
+  if (op.work == nullptr && op.one_core == nullptr) {
+    return !op.uses_all_cores && elements_of(inputs, outputs) <= kTinyElements;
+  }
+  const ShapesOf shapes(inputs, outputs);
+  const int64_t work = op.work != nullptr ? op.work(shapes.view()) : elements_of(inputs, outputs);
+  return work <= kTinyElements && !uses_all_cores(op, shapes.view());
 }
 
 // A rank-0 CPU tensor is a scalar operand, welcome beside tensors on any
@@ -189,10 +207,7 @@ bool uses_all_cores(const OpDef& op, absl::Span<const Tensor> inputs,
                     absl::Span<const Tensor> outputs) {
   if (!op.uses_all_cores) return false;
   if (op.one_core == nullptr) return true;
-  absl::InlinedVector<const Shape*, 4> input_shapes, output_shapes;
-  for (const Tensor& t : inputs) input_shapes.push_back(&t.shape());
-  for (const Tensor& t : outputs) output_shapes.push_back(&t.shape());
-  return !op.one_core({input_shapes, output_shapes});
+  return !op.one_core(ShapesOf(inputs, outputs).view());
 }
 
 void run_kernel(const OpDef& op, KernelFn kernel, const KernelContext& context) {

@@ -110,6 +110,12 @@ struct OpDef {
   // Its kernel must then start no OpenMP team. Null: every call uses all
   // cores.
   bool (*one_core)(const CallShapes& shapes) = nullptr;
+  // A call's work, for deciding whether it is tiny enough to run on the
+  // pushing thread (Note [Tiny ops run inline] in core/engine/
+  // threaded_engine.cc): for an op whose kernel does more per element than
+  // a pass over it, in element passes (matmul: its multiply-adds). Null: the
+  // elements of its inputs and outputs.
+  int64_t (*work)(const CallShapes& shapes) = nullptr;
   // For ops that choose where their outputs live (creation ops; to_device):
   // the outputs' device, from the resolved attributes. Null: the inputs'
   // device. The op runs on the GPU if either side is one (a copy to the host

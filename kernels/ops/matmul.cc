@@ -220,19 +220,28 @@ void matmul_sgemm(const MatmulGeometry& g, const float* a, const float* b, float
 // before oneDNN has looked its primitive up: bench_ops measured a 4x4 float
 // matmul at 3.9 us through oneDNN (naive engine) against 0.6 us in loops.
 constexpr int64_t kSmallMatmul = 16 * 16 * 16;
-// A call whose operands and result hold at most this many elements has at
-// most kSmallMatmul multiply-adds, so it runs the plain loops on one thread
-// (OpDef::one_core): with M = batch * m, the element count is E = Mk + kn +
-// Mn, and (Mnk)^2 = Mk * kn * Mn <= (E / 3)^3, so E <= 3 * 16^2 gives Mnk <=
-// 16^3.
-constexpr int64_t kSmallMatmulElements = 3 * 16 * 16;
 
-bool matmul_on_one_core(const CallShapes& shapes) {
-  int64_t elements = 0;
-  for (const Shape* s : shapes.inputs) elements += s->numel();
-  for (const Shape* s : shapes.outputs) elements += s->numel();
-  return elements <= kSmallMatmulElements;
+// matmul's OpDef::work: its multiply-adds, the result's elements times the
+// inner dimension k. A 1-D operand is k long. Otherwise which axis of a holds
+// k depends on transpose_a, which the shapes do not give, but the result's
+// rows m do: a [.., r, c] has r rows unless transposed, so k is r when c ==
+// m and c otherwise (where r == c == m, k is that either way).
+int64_t matmul_work(const CallShapes& shapes) {
+  const Shape &a = *shapes.inputs[0], &b = *shapes.inputs[1], &out = *shapes.outputs[0];
+  int64_t k;
+  if (a.rank() == 1) {
+    k = a[0];
+  } else if (b.rank() == 1) {
+    k = b[0];
+  } else {
+    const int64_t m = out[out.rank() - 2];
+    k = a[a.rank() - 1] == m ? a[a.rank() - 2] : a[a.rank() - 1];
+  }
+  return out.numel() * k;
 }
+
+// matmul's OpDef::one_core: the products matmul_kernel runs in its plain loops.
+bool matmul_on_one_core(const CallShapes& shapes) { return matmul_work(shapes) <= kSmallMatmul; }
 
 void matmul_kernel(const KernelContext& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1], &out = c.outputs[0];
@@ -408,7 +417,8 @@ void register_matmul_ops(Registry& registry) {
                        "promoted); transpose_a/transpose_b use the transpose of the last two "
                        "axes",
                 .uses_all_cores = true,
-                .one_core = matmul_on_one_core});
+                .one_core = matmul_on_one_core,
+                .work = matmul_work});
   registry.add({.name = "linear",
                 .num_inputs = 3,
                 .attrs = onednn::activation_attrs(),

@@ -189,31 +189,43 @@ bool product_uses_all_cores(const OpDef& op, const Shape& a, const Shape& b, con
   return uses_all_cores(op, CallShapes{inputs, outputs});
 }
 
-// Verifies the promise behind matmul's OpDef::one_core: every call the
-// dispatcher lets skip the all-cores lock has at most 16^3 multiply-adds, so
-// matmul_kernel runs it in its plain loops (kSmallMatmul), never in oneDNN's
-// OpenMP team; and that products above it do use every core.
+// Verifies the promise behind matmul's OpDef::one_core and OpDef::work: a
+// call skips the all-cores lock exactly when it has at most 16^3
+// multiply-adds, so matmul_kernel runs it in its plain loops (kSmallMatmul),
+// never in oneDNN's OpenMP team, whichever operand is transposed or 1-D; and
+// the work counted is its multiply-adds.
 TEST(MatmulTest, OnlyTinyProductsSkipTheAllCoresLock) {
   const OpDef& matmul = Registry::global().get("matmul");
   int64_t single_threaded = 0;
+  auto check = [&](const Shape& a, const Shape& b, const Shape& out, int64_t macs) {
+    const Shape* inputs[] = {&a, &b};
+    const Shape* outputs[] = {&out};
+    const CallShapes shapes{inputs, outputs};
+    ASSERT_EQ(matmul.work(shapes), macs)
+        << a.to_string() << " @ " << b.to_string() << " -> " << out.to_string();
+    const bool one_core = !uses_all_cores(matmul, shapes);
+    ASSERT_EQ(one_core, macs <= 16 * 16 * 16)
+        << a.to_string() << " @ " << b.to_string() << " -> " << out.to_string();
+    single_threaded += one_core;
+  };
   for (int64_t batch : {1, 2, 5}) {
-    for (int64_t m = 1; m <= 40; ++m) {
-      for (int64_t n = 1; n <= 40; ++n) {
-        for (int64_t k = 1; k <= 40; ++k) {
-          for (bool broadcast_b : {false, true}) {
-            Shape a{batch, m, k}, out{batch, m, n};
-            Shape b = broadcast_b ? Shape{k, n} : Shape{batch, k, n};
-            if (product_uses_all_cores(matmul, a, b, out)) continue;
-            ++single_threaded;
-            ASSERT_LE(batch * m * n * k, 16 * 16 * 16)
-                << "batch " << batch << " m " << m << " n " << n << " k " << k;
+    for (int64_t m = 1; m <= 24; ++m) {
+      for (int64_t n = 1; n <= 24; ++n) {
+        for (int64_t k = 1; k <= 24; ++k) {
+          const int64_t macs = batch * m * n * k;
+          for (bool transpose_a : {false, true}) {
+            Shape a = transpose_a ? Shape{batch, k, m} : Shape{batch, m, k};
+            check(a, Shape{batch, k, n}, Shape{batch, m, n}, macs);
+            check(a, Shape{k, n}, Shape{batch, m, n}, macs);  // b broadcast.
+            check(a, Shape{k}, Shape{batch, m}, batch * m * k);
           }
+          check(Shape{k}, Shape{batch, k, n}, Shape{batch, n}, batch * n * k);
         }
       }
     }
   }
   EXPECT_GT(single_threaded, 0);
-  EXPECT_TRUE(product_uses_all_cores(matmul, {64, 64}, {64, 64}, {64, 64}));
+  check({64, 64}, {64, 64}, {64, 64}, 64 * 64 * 64);
 }
 
 // Verifies linear's OpDef::one_core: a few rows of a layer whose weights
