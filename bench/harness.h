@@ -161,35 +161,60 @@ inline std::string program_beside(const std::string& relative) {
 // * "OpenBLAS": OpenBLAS, glibc's defaults.
 // * "Debian": what libtorch-dev gives out of the box: the reference BLAS
 //   (when installed, which libtorch's dependencies guarantee), glibc's defaults.
+// * The current PyTorch, whose wheel carries libtorch for C++: `tools/tandem.sh
+//   bench` installs it from PyPI into a virtual environment (build/peers) and
+//   builds the same torch_peer.cc against it (bench/torch_pip/torch_peer
+//   beside the benches). It brings its own BLAS (MKL) and OpenMP; its
+//   configurations are "pip tuned" (glibc keeps freed memory, as above) and
+//   "pip".
 struct TorchConfig {
-  std::string label;  // What the tables print.
-  std::string env;    // Prepended to the peer's command line.
+  std::string label;    // What the tables print.
+  std::string env;      // Prepended to the peer's command line.
+  std::string program;  // The peer, relative to the benches' folder.
 };
 
-// The configurations this machine can run, best first; empty when the peer
-// was not built (libtorch missing at configure time).
+// The configurations this machine can run, best first (Debian's libtorch,
+// then the wheel's); empty when no peer was built.
 inline std::vector<TorchConfig> torch_configs() {
   std::vector<TorchConfig> configs;
-  if (access((self_dir() + "torch/torch_peer").c_str(), X_OK) != 0) return configs;
   const std::string threads = "OMP_NUM_THREADS=2 ";
   const std::string keep_memory =
       "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 ";
-  const std::string openblas = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
-  const std::string reference = "/usr/lib/x86_64-linux-gnu/blas";
-  if (access(openblas.c_str(), R_OK) == 0) {
-    configs.push_back({"tuned", threads + keep_memory + "LD_LIBRARY_PATH=" + openblas + " "});
-    configs.push_back({"OpenBLAS", threads + "LD_LIBRARY_PATH=" + openblas + " "});
+  if (access((self_dir() + "torch/torch_peer").c_str(), X_OK) == 0) {
+    const std::string peer = "torch/torch_peer";
+    const std::string openblas = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
+    const std::string reference = "/usr/lib/x86_64-linux-gnu/blas";
+    if (access(openblas.c_str(), R_OK) == 0) {
+      configs.push_back(
+          {"1.13 tuned", threads + keep_memory + "LD_LIBRARY_PATH=" + openblas + " ", peer});
+      configs.push_back({"1.13 OpenBLAS", threads + "LD_LIBRARY_PATH=" + openblas + " ", peer});
+    }
+    if (access(reference.c_str(), R_OK) == 0) {
+      configs.push_back({"1.13 Debian", threads + "LD_LIBRARY_PATH=" + reference + " ", peer});
+    }
+    if (configs.empty()) configs.push_back({"1.13", threads, peer});
   }
-  if (access(reference.c_str(), R_OK) == 0) {
-    configs.push_back({"Debian", threads + "LD_LIBRARY_PATH=" + reference + " "});
+  if (access((self_dir() + "torch_pip/torch_peer").c_str(), X_OK) == 0) {
+    configs.push_back({"pip tuned", threads + keep_memory, "torch_pip/torch_peer"});
+    configs.push_back({"pip", threads, "torch_pip/torch_peer"});
   }
-  if (configs.empty()) configs.push_back({"system BLAS", threads});
   return configs;
 }
 
 // Runs the peer in `config` with `args`.
 inline std::optional<Results> run_torch_peer(const TorchConfig& config, const std::string& args) {
-  return run_child(config.env + program_beside("torch/torch_peer") + " " + args);
+  return run_child(config.env + program_beside(config.program) + " " + args);
+}
+
+// PyTorch from Python (bench/torch/peer.py: TorchScript, torch.compile,
+// onnxruntime), run by the virtual environment `tools/tandem.sh bench`
+// makes in build/peers: the command to run it with, or empty where there is
+// none. `source_dir` is the repository's root.
+inline std::string python_peer(const std::string& source_dir) {
+  const std::string python = self_dir() + "../../peers/bin/python";
+  const std::string script = source_dir + "/bench/torch/peer.py";
+  if (access(python.c_str(), X_OK) != 0 || access(script.c_str(), R_OK) != 0) return "";
+  return "OMP_NUM_THREADS=2 '" + python + "' '" + script + "'";
 }
 
 inline void print_no_peer_note() {
@@ -364,6 +389,139 @@ void run_training(int steps, double start_rss_mib, Step&& step, Loss&& loss, Syn
   emit("last_loss", last_loss);
   emit("peak_rss_mib", proc_status_mib("VmHWM"));
   emit("rss_growth_mib", proc_status_mib("VmHWM") - start_rss_mib);
+}
+
+// ---------------------------------------------------------------------------
+// (4) The standard workloads: Fashion-MNIST's first 10,000 training samples,
+// an MLP and LeNet-5, SGD, as every framework's tutorial writes them.
+// ---------------------------------------------------------------------------
+//
+// Note [Standard workloads]
+// What users compare frameworks on, exactly as described here so that every
+// side runs the same thing (Tandem's bench_train and bench_deploy, the
+// libtorch peers in bench/torch/torch_peer.cc, PyTorch from Python in
+// bench/torch/peer.py):
+// * data: the first kStandardSamples training images of Fashion-MNIST, uint8
+//   [N, 28, 28], and their labels; read by the Tandem bench from Debian's
+//   dataset-fashion-mnist (synthetic uint8 images where it is missing) and
+//   handed to the peers as raw files (write_standard_data). The order of an
+//   epoch is one fixed permutation (standard_order).
+// * a training step, inside the timed loop: gather the batch's uint8 images
+//   and labels by index, convert the images to float32 and scale them by
+//   1/255, forward, cross-entropy, zero the gradients, backward, SGD step
+//   (lr 0.1, momentum 0.9). Layers start from PyTorch's default init.
+// * models: "mlp" is Flatten, Linear(784, 256), ReLU, Linear(256, 128),
+//   ReLU, Linear(128, 10); "lenet" is LeNet-5 with ReLU and max pooling:
+//   Conv2d(1, 6, 5, padding 2), ReLU, MaxPool2d(2), Conv2d(6, 16, 5), ReLU,
+//   MaxPool2d(2), Flatten, Linear(400, 120), ReLU, Linear(120, 84), ReLU,
+//   Linear(84, 10).
+// * an epoch is the kStandardSamples / batch full batches (9,984 samples at
+//   batch 64 and at 256); a run is one warm-up epoch, then kTimedEpochs
+//   epochs, each timed to its last loss read: samples/s is their median.
+
+constexpr int64_t kStandardSamples = 10000;
+constexpr int64_t kStandardPixels = 28 * 28;
+constexpr double kStandardLr = 0.1;
+constexpr double kStandardMomentum = 0.9;
+constexpr int kTimedEpochs = 3;
+
+struct StandardData {
+  std::vector<uint8_t> images;  // kStandardSamples x 28 x 28.
+  std::vector<uint8_t> labels;  // kStandardSamples, each in [0, 10).
+};
+
+// The order of every epoch: a permutation of [0, kStandardSamples), the same
+// on every side (std::mt19937's output is specified; its distributions are
+// not, so the shuffle is written out).
+inline std::vector<int64_t> standard_order() {
+  std::vector<int64_t> order(kStandardSamples);
+  for (int64_t i = 0; i < kStandardSamples; ++i) order[i] = i;
+  std::mt19937 rng(16);
+  for (int64_t i = kStandardSamples - 1; i > 0; --i) {
+    std::swap(order[i], order[rng() % static_cast<uint64_t>(i + 1)]);
+  }
+  return order;
+}
+
+// The indices of each step of an epoch at `batch`: full batches only.
+inline std::vector<std::vector<int64_t>> standard_batches(int64_t batch) {
+  std::vector<int64_t> order = standard_order();
+  std::vector<std::vector<int64_t>> batches;
+  for (int64_t begin = 0; begin + batch <= kStandardSamples; begin += batch) {
+    batches.emplace_back(order.begin() + begin, order.begin() + begin + batch);
+  }
+  return batches;
+}
+
+// Raw files in `dir`: images.u8 and labels.u8, as StandardData holds them,
+// and order.i64, standard_order() in native byte order (for Python, whose
+// generators seed MT19937 differently).
+inline bool write_standard_data(const std::string& dir, const StandardData& data) {
+  auto write = [&](const std::string& name, const void* bytes, size_t size) {
+    FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
+    if (f == nullptr) return false;
+    bool ok = std::fwrite(bytes, 1, size, f) == size;
+    return std::fclose(f) == 0 && ok;
+  };
+  std::vector<int64_t> order = standard_order();
+  return write("images.u8", data.images.data(), data.images.size()) &&
+         write("labels.u8", data.labels.data(), data.labels.size()) &&
+         write("order.i64", order.data(), order.size() * sizeof(int64_t));
+}
+
+inline std::optional<StandardData> read_standard_data(const std::string& dir) {
+  auto read = [&](const std::string& name, std::vector<uint8_t>& bytes, size_t size) {
+    bytes.resize(size);
+    FILE* f = std::fopen((dir + "/" + name).c_str(), "rb");
+    if (f == nullptr) return false;
+    bool ok = std::fread(bytes.data(), 1, size, f) == size;
+    std::fclose(f);
+    return ok;
+  };
+  StandardData data;
+  if (!read("images.u8", data.images, kStandardSamples * kStandardPixels) ||
+      !read("labels.u8", data.labels, kStandardSamples)) {
+    return std::nullopt;
+  }
+  return data;
+}
+
+// Runs one warm-up epoch and kTimedEpochs timed ones of `step(i)` (batch i of
+// the epoch), reading the loss with `loss()` (a wait) at the end of each, and
+// prints: samples_per_s (the median epoch), first_loss (after the warm-up),
+// last_loss, peak_rss_mib.
+template <class Step, class Loss>
+void run_standard_epochs(int64_t batch, Step&& step, Loss&& loss) {
+  const int64_t steps = kStandardSamples / batch;
+  for (int64_t i = 0; i < steps; ++i) step(i);
+  const double first_loss = loss();
+  std::vector<double> samples_per_s;
+  double last_loss = first_loss;
+  for (int epoch = 0; epoch < kTimedEpochs; ++epoch) {
+    Clock::time_point begin = Clock::now();
+    for (int64_t i = 0; i < steps; ++i) step(i);
+    last_loss = loss();
+    samples_per_s.push_back(steps * batch / (ns_between(begin, Clock::now()) / 1e9));
+  }
+  emit("samples_per_s", median(samples_per_s));
+  emit("first_loss", first_loss);
+  emit("last_loss", last_loss);
+  emit("peak_rss_mib", proc_status_mib("VmHWM"));
+}
+
+// Median latency in microseconds of `run()` (which waits for its result) over
+// `calls` calls, after `calls / 10 + 1` unmeasured ones.
+template <class Run>
+double latency_us(int calls, Run&& run) {
+  for (int i = 0; i < calls / 10 + 1; ++i) run();
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(calls));
+  for (int i = 0; i < calls; ++i) {
+    Clock::time_point begin = Clock::now();
+    run();
+    samples.push_back(ns_between(begin, Clock::now()) / 1e3);
+  }
+  return median(samples);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 // The models of tutorials/02_train_fashion_mnist.cpp, for the benchmarks that
-// measure them (bench_train, bench_hybridize). The tutorial keeps its own
-// copy, written to be read; these must stay the same architecture.
+// measure them (bench_train, bench_hybridize; the tutorial keeps its own
+// copy, written to be read: these must stay the same architecture), and
+// LeNet-5 of the standard workloads.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/tandem.h"
@@ -23,6 +25,20 @@ inline std::shared_ptr<tandem::nn::Module> make_tutorial_mlp() {
   namespace nn = tandem::nn;
   return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(),
                                           nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, 10));
+}
+
+// LeNet-5 of the standard workloads (Note [Standard workloads] in harness.h).
+inline std::shared_ptr<tandem::nn::Module> make_lenet5() {
+  namespace nn = tandem::nn;
+  return std::make_shared<nn::Sequential>(nn::Conv2d(1, 6, 5, 1, 2), nn::ReLU(), nn::MaxPool2d(2),
+                                          nn::Conv2d(6, 16, 5), nn::ReLU(), nn::MaxPool2d(2),
+                                          nn::Flatten(), nn::Linear(400, 120), nn::ReLU(),
+                                          nn::Linear(120, 84), nn::ReLU(), nn::Linear(84, 10));
+}
+
+// The standard workloads' models by name: "mlp" (the tutorial's) or "lenet".
+inline std::shared_ptr<tandem::nn::Module> make_standard_model(const std::string& name) {
+  return name == "lenet" ? make_lenet5() : make_tutorial_mlp();
 }
 
 // One training step as a HybridFunction runs it, eager or traced: the

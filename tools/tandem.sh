@@ -33,7 +33,13 @@ PACKAGES=(
 # not a dependency (bench/torch/ builds only where CMake finds it), and OpenBLAS's OpenMP build
 # gives it a real BLAS that shares its OpenMP pool (Note [libtorch configurations] in
 # bench/harness.h); python3-torch traces the TorchScript model bench_deploy loads.
-BENCH_PACKAGES=(libtorch-dev libopenblas0-openmp python3-torch)
+BENCH_PACKAGES=(libtorch-dev libopenblas0-openmp python3-torch python3-venv)
+
+# The benchmarks' PyPI peers, installed by `bench` only into the virtual environment build/peers:
+# the current PyTorch (whose wheel also carries libtorch for C++; bench/torch/torch_peer is built
+# against it a second time, into build/release/bench/torch_pip), onnxruntime and onnx for the
+# loaded-model rows (bench/torch/peer.py). Pinned, so that a figure can be measured again.
+PEER_PIP_PACKAGES=(torch==2.15.0 onnxruntime==1.32.0 onnx==1.23.2 numpy==2.4.6)
 
 usage() {
   cat <<'EOF'
@@ -60,8 +66,9 @@ usage: tools/tandem.sh <command> [args]
                   build release and check N random models (default 10000) in every
                   mode against eager (tests/difftest/README.md); failures print the
                   model, shrunk, as code
-  bench [args]    install the libtorch peer's packages, build release and run every
-                  build/release/bench/bench_* with args (figures: bench/README.md)
+  bench [args]    install the peers (Debian's libtorch; PyTorch, onnxruntime from PyPI into
+                  build/peers), build release and run every build/release/bench/bench_* with
+                  args (figures: bench/README.md)
   format          rewrite all sources with clang-format
   help            this text
 
@@ -183,6 +190,23 @@ cmd_difftest() {
   build/release/tests/difftest --models "$models" --seed "$seed"
 }
 
+# The PyPI peers (PEER_PIP_PACKAGES) in build/peers, and the libtorch peer built against the
+# wheel's libtorch. Its libraries are found through CMAKE_PREFIX_PATH, which CMake searches before
+# the system's folders, where Debian's libtorch also lives.
+peers_setup() {
+  local venv=build/peers torch_dir
+  if [[ ! -x "$venv/bin/python" ]]; then
+    log "creating $venv: ${PEER_PIP_PACKAGES[*]} (the benchmarks' peers)"
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "${PEER_PIP_PACKAGES[@]}"
+  torch_dir="$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+  [[ -f build/release/bench/torch_pip/build.ninja ]] ||
+    cmake -G Ninja -S bench/torch -B build/release/bench/torch_pip -DCMAKE_BUILD_TYPE=Release \
+      "-DCMAKE_PREFIX_PATH=$torch_dir"
+  cmake --build build/release/bench/torch_pip -j "$JOBS"
+}
+
 cmd_bench() {
   PACKAGES+=("${BENCH_PACKAGES[@]}")  # cmd_deps, here and in cmd_build, installs them too.
   cmd_deps
@@ -192,6 +216,7 @@ cmd_bench() {
     cmake build/release
   fi
   cmd_build release
+  peers_setup
   local b found=0
   for b in build/release/bench/bench_*; do
     [[ -f "$b" && -x "$b" ]] || continue

@@ -9,6 +9,8 @@
 //   torch_peer gemm                           # torch::mm GFLOP/s per size
 //   torch_peer train --model mlp|cnn --steps N
 //   torch_peer deploy --model FILE.pt         # torch::jit::load + first and steady calls
+//   torch_peer standard-train --model mlp|lenet --batch B --data DIR
+//   torch_peer standard-infer --model mlp|lenet   # eager latency at batch 1 and 64
 //
 // Threads: Note [libtorch configurations]. The caller sets OMP_NUM_THREADS
 // and the BLAS; this program fixes ATen's pools before any op runs.
@@ -128,7 +130,83 @@ void run_train(const std::string& model_name, int steps) {
 }
 
 // ---------------------------------------------------------------------------
-// (4) Deployment: a TorchScript file loaded and run, as bench_deploy does with
+// (4) The standard workloads (Note [Standard workloads] in bench/harness.h).
+// ---------------------------------------------------------------------------
+
+nn::Sequential make_lenet() {
+  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 6, 5).padding(2)), nn::ReLU(),
+                        nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(6, 16, 5)), nn::ReLU(),
+                        nn::MaxPool2d(2), nn::Flatten(), nn::Linear(400, 120), nn::ReLU(),
+                        nn::Linear(120, 84), nn::ReLU(), nn::Linear(84, 10));
+}
+
+nn::Sequential make_standard(const std::string& name) {
+  return name == "lenet" ? make_lenet() : make_mlp();
+}
+
+// One training run: bench::run_standard_epochs of SGD steps.
+void run_standard_train(const std::string& model_name, int64_t batch, const std::string& dir) {
+  std::optional<bench::StandardData> data = bench::read_standard_data(dir);
+  if (!data) {
+    std::fprintf(stderr, "torch_peer: no standard data in %s\n", dir.c_str());
+    std::exit(1);
+  }
+  torch::manual_seed(0);
+  nn::Sequential model = make_standard(model_name);
+  model->train();
+  torch::optim::SGD optimizer(
+      model->parameters(),
+      torch::optim::SGDOptions(bench::kStandardLr).momentum(bench::kStandardMomentum));
+  const int64_t n = bench::kStandardSamples;
+  torch::Tensor images = torch::from_blob(data->images.data(), {n, 28, 28}, torch::kUInt8).clone();
+  torch::Tensor labels =
+      torch::from_blob(data->labels.data(), {n}, torch::kUInt8).to(torch::kInt64);
+  std::vector<torch::Tensor> indices;
+  for (std::vector<int64_t>& b : bench::standard_batches(batch)) {
+    indices.push_back(torch::from_blob(b.data(), {batch}, torch::kInt64).clone());
+  }
+  torch::Tensor loss;
+  bench::run_standard_epochs(
+      batch,
+      [&](int64_t i) {
+        torch::Tensor x = images.index_select(0, indices[i])
+                              .to(torch::kFloat32)
+                              .mul_(1.0 / 255)
+                              .view({batch, 1, 28, 28});
+        torch::Tensor y = labels.index_select(0, indices[i]);
+        optimizer.zero_grad();
+        loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+        loss.backward();
+        optimizer.step();
+      },
+      [&] { return loss.item<double>(); });
+}
+
+// Eager inference latency of a standard model in eval mode, without
+// gradients, at batch 1 and 64 (b1_us, b64_us), and of the one small
+// product the issue names, mm of [1, 64] by [64, 64] (mm_1x64_us).
+void run_standard_infer(const std::string& model_name) {
+  torch::InferenceMode inference;
+  torch::manual_seed(0);
+  nn::Sequential model = make_standard(model_name);
+  model->eval();
+  for (int64_t batch : {1, 64}) {
+    torch::Tensor x = torch::rand({batch, 1, 28, 28});
+    bench::emit("b" + std::to_string(batch) + "_us",
+                bench::latency_us(batch == 1 ? 20000 : 2000, [&] {
+                  torch::Tensor y = model->forward(x);
+                  if (y.data_ptr<float>()[0] == 12345.f) std::abort();  // Keep the result.
+                }));
+  }
+  torch::Tensor a = torch::rand({1, 64}), b = torch::rand({64, 64});
+  bench::emit("mm_1x64_us", bench::latency_us(100000, [&] {
+                torch::Tensor y = torch::mm(a, b);
+                if (y.data_ptr<float>()[0] == 12345.f) std::abort();
+              }));
+}
+
+// ---------------------------------------------------------------------------
+// (5) Deployment: a TorchScript file loaded and run, as bench_deploy does with
 // an exported Tandem model (bench/harness.h, deploy_figures).
 // ---------------------------------------------------------------------------
 
@@ -161,10 +239,17 @@ int main(int argc, char** argv) {
   } else if (mode == "train") {
     std::string model = bench::flag(argc, argv, "--model", "mlp");
     run_train(model, std::stoi(bench::flag(argc, argv, "--steps", "200")));
+  } else if (mode == "standard-train") {
+    run_standard_train(bench::flag(argc, argv, "--model", "mlp"),
+                       std::stoll(bench::flag(argc, argv, "--batch", "64")),
+                       bench::flag(argc, argv, "--data", ""));
+  } else if (mode == "standard-infer") {
+    run_standard_infer(bench::flag(argc, argv, "--model", "mlp"));
   } else {
     std::fprintf(stderr,
                  "usage: torch_peer ops | gemm | train --model mlp|cnn --steps N | deploy --model "
-                 "FILE.pt\n");
+                 "FILE.pt | standard-train --model mlp|lenet --batch B --data DIR | "
+                 "standard-infer --model mlp|lenet\n");
     return 2;
   }
   return 0;
