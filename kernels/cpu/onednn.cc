@@ -11,6 +11,7 @@
 
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "kernels/cpu/primitive_cache.h"
 #include "kernels/cpu/team_binding.h"
 
 namespace tandem::kernels::onednn {
@@ -117,6 +118,14 @@ void* scratch(size_t slot, size_t bytes) {
   return b.data.get();
 }
 
+// The reorder from layout `from` to `to` (Note [Primitive cache]).
+std::shared_ptr<const CachedPrimitive<dnnl::reorder>> reorder(const dnnl::memory::desc& from,
+                                                              const dnnl::memory::desc& to) {
+  return cached_primitive<dnnl::reorder>(
+      "reorder", PrimitiveKey().add(from.data).add(to.data),
+      [&] { return dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to); });
+}
+
 }  // namespace
 
 void execute_in_layouts(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
@@ -136,7 +145,7 @@ void execute_in_layouts(const dnnl::primitive& primitive, const dnnl::primitive_
       }
       dnnl::memory converted(wanted, cpu_engine(), scratch(slot++, wanted.get_size()));
       if (is_input) {
-        dnnl::reorder(tensor, converted).execute(stream, tensor, converted);
+        reorder(a.layout, wanted)->primitive.execute(stream, tensor, converted);
       } else {
         converted_outputs.emplace_back(converted, tensor);
       }
@@ -146,7 +155,8 @@ void execute_in_layouts(const dnnl::primitive& primitive, const dnnl::primitive_
     for (const TensorArg& a : outputs) bind(a, /*is_input=*/false);
     primitive.execute(stream, args);
     for (auto& [converted, tensor] : converted_outputs) {
-      dnnl::reorder(converted, tensor).execute(stream, converted, tensor);
+      reorder(converted.get_desc(), tensor.get_desc())
+          ->primitive.execute(stream, converted, tensor);
     }
     stream.wait();
   } catch (const dnnl::error&) {

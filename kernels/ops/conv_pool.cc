@@ -32,6 +32,7 @@
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/primitive_cache.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -173,15 +174,21 @@ ConvDescs conv_descs(const Conv& g, bool blocked = true) {
   return d;
 }
 
-dnnl::convolution_forward::primitive_desc conv_forward_pd(const ConvDescs& d, dnnl::prop_kind prop,
-                                                          const dnnl::primitive_attr& attr = {}) {
-  return onednn::make_pd("convolution", [&] {
-    return dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.any_src,
-                                        d.any_weights, d.bias, d.any_dst, d.strides, d.dilates,
-                                        d.padding, d.padding),
-        attr, onednn::cpu_engine());
-  });
+dnnl::convolution_forward::desc conv_forward_desc(const ConvDescs& d, dnnl::prop_kind prop) {
+  return dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, d.any_src,
+                                         d.any_weights, d.bias, d.any_dst, d.strides, d.dilates,
+                                         d.padding, d.padding);
+}
+
+// The forward convolution (Note [Primitive cache] in kernels/cpu/primitive_cache.h).
+std::shared_ptr<const onednn::CachedPrimitive<dnnl::convolution_forward>> conv_forward(
+    const ConvDescs& d, dnnl::prop_kind prop, const onednn::FusedActivation& activation = {}) {
+  const dnnl::convolution_forward::desc op = conv_forward_desc(d, prop);
+  return onednn::cached_primitive<dnnl::convolution_forward>(
+      "convolution", onednn::PrimitiveKey().add(op.data).add(activation), [&] {
+        return dnnl::convolution_forward::primitive_desc(op, onednn::post_op_attr(activation),
+                                                         onednn::cpu_engine());
+      });
 }
 
 // Calls f(y_index, x_index, w_index) for every product term y += x * w of
@@ -229,9 +236,8 @@ void conv2d_kernel(const KernelContext& c) {
       // forward_inference oneDNN 2.6 picks brgconv with NHWC layouts, whose
       // reorders from and to our NCHW cost 2-3x those of nChw16c, and which
       // is 2x slower itself for a single input channel.
-      auto pd =
-          conv_forward_pd(d, dnnl::prop_kind::forward_training, onednn::post_op_attr(activation));
-      onednn::execute_in_layouts(dnnl::convolution_forward(pd), pd,
+      const auto conv = conv_forward(d, dnnl::prop_kind::forward_training, activation);
+      onednn::execute_in_layouts(conv->primitive, conv->pd,
                                  {{DNNL_ARG_SRC, &x, d.src},
                                   {DNNL_ARG_WEIGHTS, &w, d.weights},
                                   {DNNL_ARG_BIAS, &b, d.bias}},
@@ -267,16 +273,16 @@ void conv2d_backward_data_kernel(const KernelContext& c) {
       // gemm on the plain layouts (1 channel, batch 128, 28x28 -> 32: 2.5 ms
       // against 0.5 ms).
       ConvDescs d = conv_descs(g, /*blocked=*/g.c / g.groups >= 8);
-      auto hint = conv_forward_pd(d, dnnl::prop_kind::forward_training);
-      auto pd = onednn::make_pd("convolution backward data", [&] {
-        return dnnl::convolution_backward_data::primitive_desc(
-            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.any_src,
-                                                  d.any_weights, d.any_dst, d.strides, d.dilates,
-                                                  d.padding, d.padding),
-            onednn::cpu_engine(), hint);
-      });
+      const dnnl::convolution_backward_data::desc op(dnnl::algorithm::convolution_direct, d.any_src,
+                                                     d.any_weights, d.any_dst, d.strides, d.dilates,
+                                                     d.padding, d.padding);
+      const auto conv = onednn::cached_primitive<dnnl::convolution_backward_data>(
+          "convolution backward data", onednn::PrimitiveKey().add(op.data), [&] {
+            return dnnl::convolution_backward_data::primitive_desc(
+                op, onednn::cpu_engine(), conv_forward(d, dnnl::prop_kind::forward_training)->pd);
+          });
       onednn::execute_in_layouts(
-          dnnl::convolution_backward_data(pd), pd,
+          conv->primitive, conv->pd,
           {{DNNL_ARG_DIFF_DST, &gy, d.dst}, {DNNL_ARG_WEIGHTS, &w, d.weights}},
           {{DNNL_ARG_DIFF_SRC, &gx, d.src}}, "convolution backward data");
       return;
@@ -305,17 +311,16 @@ void conv2d_backward_weight_kernel(const KernelContext& c) {
   visit_floating(x.dtype(), [&]<class T>() {
     if (std::is_same_v<T, float> && nonempty({&x, &gy, &gw})) {
       ConvDescs d = conv_descs(g);
-      auto hint = conv_forward_pd(d, dnnl::prop_kind::forward_training);
-      auto pd = onednn::make_pd("convolution backward weights", [&] {
-        return dnnl::convolution_backward_weights::primitive_desc(
-            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.any_src,
-                                                     d.any_weights, d.bias, d.any_dst, d.strides,
-                                                     d.dilates, d.padding, d.padding),
-            onednn::cpu_engine(), hint);
-      });
+      const dnnl::convolution_backward_weights::desc op(dnnl::algorithm::convolution_direct,
+                                                        d.any_src, d.any_weights, d.bias, d.any_dst,
+                                                        d.strides, d.dilates, d.padding, d.padding);
+      const auto conv = onednn::cached_primitive<dnnl::convolution_backward_weights>(
+          "convolution backward weights", onednn::PrimitiveKey().add(op.data), [&] {
+            return dnnl::convolution_backward_weights::primitive_desc(
+                op, onednn::cpu_engine(), conv_forward(d, dnnl::prop_kind::forward_training)->pd);
+          });
       onednn::execute_in_layouts(
-          dnnl::convolution_backward_weights(pd), pd,
-          {{DNNL_ARG_SRC, &x, d.src}, {DNNL_ARG_DIFF_DST, &gy, d.dst}},
+          conv->primitive, conv->pd, {{DNNL_ARG_SRC, &x, d.src}, {DNNL_ARG_DIFF_DST, &gy, d.dst}},
           {{DNNL_ARG_DIFF_WEIGHTS, &gw, d.weights}, {DNNL_ARG_DIFF_BIAS, &gb, d.bias}},
           "convolution backward weights");
       return;
@@ -397,14 +402,12 @@ void pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, cons
   dnnl::memory::desc dst = desc(dims_of(p.out()), dnnl::memory::format_tag::nchw);
   dnnl::memory::dims stride = {p.stride[0], p.stride[1]}, kernel = {p.kernel[0], p.kernel[1]},
                      padding = {p.padding[0], p.padding[1]};
-  auto pd = make_pd("pooling", [&] {
-    return dnnl::pooling_forward::primitive_desc(
-        dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, algorithm, src, dst, stride,
-                                    kernel, padding, padding),
-        cpu_engine());
-  });
-  execute(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, wrap(x, src)}, {DNNL_ARG_DST, wrap(y, dst)}},
-          "pooling");
+  const dnnl::pooling_forward::desc op(dnnl::prop_kind::forward_inference, algorithm, src, dst,
+                                       stride, kernel, padding, padding);
+  const auto pool = cached_primitive<dnnl::pooling_forward>(
+      "pooling", PrimitiveKey().add(op.data),
+      [&] { return dnnl::pooling_forward::primitive_desc(op, cpu_engine()); });
+  execute(pool->primitive, {{DNNL_ARG_SRC, wrap(x, src)}, {DNNL_ARG_DST, wrap(y, dst)}}, "pooling");
 }
 
 // Calls f(plane) for every plane (one image's one channel), with the planes

@@ -17,6 +17,7 @@
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/cpu/primitive_cache.h"
 #include "kernels/cpu/row_linear.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
@@ -193,10 +194,11 @@ void matmul_onednn(const MatmulGeometry& g, const Tensor& a, const Tensor& b, co
                                                          g.transpose_b ? g.k : g.n, g.transpose_b));
   dnnl::memory::desc out_md = strided_desc(padded_dims(g.batch, rank, g.m, g.n),
                                            operand_strides(g.batch, rank, g.m, g.n, false));
-  auto pd = make_pd("matmul", [&] {
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, out_md), cpu_engine());
+  const dnnl::matmul::desc op(a_md, b_md, out_md);
+  const auto product = cached_primitive<dnnl::matmul>("matmul", PrimitiveKey().add(op.data), [&] {
+    return dnnl::matmul::primitive_desc(op, cpu_engine());
   });
-  execute(dnnl::matmul(pd),
+  execute(product->primitive,
           {{DNNL_ARG_SRC, wrap(a, a_md)},
            {DNNL_ARG_WEIGHTS, wrap(b, b_md)},
            {DNNL_ARG_DST, wrap(out, out_md)}},
@@ -346,11 +348,12 @@ void linear_kernel(const KernelContext& c) {
         dnnl::memory::desc w_md = strided_desc({in, out}, {1, in});  // W^T, in place.
         dnnl::memory::desc b_md = desc({1, out}, dnnl::memory::format_tag::ab);
         dnnl::memory::desc y_md = desc({rows, out}, dnnl::memory::format_tag::ab);
-        auto pd = make_pd("linear", [&] {
-          return dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_md, w_md, b_md, y_md),
-                                              post_op_attr(activation), cpu_engine());
-        });
-        execute(dnnl::matmul(pd),
+        const dnnl::matmul::desc op(x_md, w_md, b_md, y_md);
+        const auto layer = cached_primitive<dnnl::matmul>(
+            "linear", PrimitiveKey().add(op.data).add(activation), [&] {
+              return dnnl::matmul::primitive_desc(op, post_op_attr(activation), cpu_engine());
+            });
+        execute(layer->primitive,
                 {{DNNL_ARG_SRC, wrap(x, x_md)},
                  {DNNL_ARG_WEIGHTS, wrap(w, w_md)},
                  {DNNL_ARG_BIAS, wrap(bias, b_md)},

@@ -24,6 +24,7 @@
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/primitive_cache.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -301,13 +302,12 @@ void layer_norm_kernel(const KernelContext& c) {
       dnnl::memory::desc data = desc({v.rows, v.d}, tag::ab);
       dnnl::memory::desc channel = desc({v.d}, tag::x);
       auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-      auto pd = make_pd("layer normalization", [&] {
-        return dnnl::layer_normalization_forward::primitive_desc(
-            dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference, data,
-                                                    static_cast<float>(eps), flags),
-            cpu_engine());
-      });
-      execute(dnnl::layer_normalization_forward(pd),
+      const dnnl::layer_normalization_forward::desc op(dnnl::prop_kind::forward_inference, data,
+                                                       static_cast<float>(eps), flags);
+      const auto norm = cached_primitive<dnnl::layer_normalization_forward>(
+          "layer normalization", PrimitiveKey().add(op.data),
+          [&] { return dnnl::layer_normalization_forward::primitive_desc(op, cpu_engine()); });
+      execute(norm->primitive,
               {{DNNL_ARG_SRC, wrap(x, data)},
                {DNNL_ARG_DST, wrap(y, data)},
                {DNNL_ARG_SCALE, wrap(gamma, channel)},

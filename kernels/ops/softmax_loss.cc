@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/cpu/primitive_cache.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -60,19 +61,19 @@ void softmax_kernel(const KernelContext& c) {
       dnnl::memory::desc md = desc({v.outer, v.len, v.inner}, dnnl::memory::format_tag::abc);
       dnnl::prop_kind prop = dnnl::prop_kind::forward_inference;
       if constexpr (kLog) {
-        auto pd = make_pd("log_softmax", [&] {
-          return dnnl::logsoftmax_forward::primitive_desc(
-              dnnl::logsoftmax_forward::desc(prop, md, 1), cpu_engine());
-        });
-        execute(dnnl::logsoftmax_forward(pd),
-                {{DNNL_ARG_SRC, wrap(x, md)}, {DNNL_ARG_DST, wrap(y, md)}}, "log_softmax");
+        const dnnl::logsoftmax_forward::desc op(prop, md, 1);
+        const auto softmax = cached_primitive<dnnl::logsoftmax_forward>(
+            "log_softmax", PrimitiveKey().add(op.data),
+            [&] { return dnnl::logsoftmax_forward::primitive_desc(op, cpu_engine()); });
+        execute(softmax->primitive, {{DNNL_ARG_SRC, wrap(x, md)}, {DNNL_ARG_DST, wrap(y, md)}},
+                "log_softmax");
       } else {
-        auto pd = make_pd("softmax", [&] {
-          return dnnl::softmax_forward::primitive_desc(dnnl::softmax_forward::desc(prop, md, 1),
-                                                       cpu_engine());
-        });
-        execute(dnnl::softmax_forward(pd),
-                {{DNNL_ARG_SRC, wrap(x, md)}, {DNNL_ARG_DST, wrap(y, md)}}, "softmax");
+        const dnnl::softmax_forward::desc op(prop, md, 1);
+        const auto softmax = cached_primitive<dnnl::softmax_forward>(
+            "softmax", PrimitiveKey().add(op.data),
+            [&] { return dnnl::softmax_forward::primitive_desc(op, cpu_engine()); });
+        execute(softmax->primitive, {{DNNL_ARG_SRC, wrap(x, md)}, {DNNL_ARG_DST, wrap(y, md)}},
+                "softmax");
       }
     } else {
       const T* px = x.data<T>();

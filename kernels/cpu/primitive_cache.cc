@@ -1,0 +1,46 @@
+#include "kernels/cpu/primitive_cache.h"
+
+#include <list>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace tandem::kernels::onednn {
+namespace {
+
+// Least recently used last; see Note [Primitive cache].
+struct PrimitiveCache {
+  std::mutex mu;
+  std::list<std::pair<std::string, std::shared_ptr<const void>>> entries;
+  absl::flat_hash_map<std::string, decltype(entries)::iterator> by_key;
+};
+
+PrimitiveCache& cache() {
+  static PrimitiveCache* instance = new PrimitiveCache;  // Never destroyed: kernels run at exit.
+  return *instance;
+}
+
+}  // namespace
+
+std::shared_ptr<const void> find_cached_primitive(const std::string& key) {
+  PrimitiveCache& c = cache();
+  std::lock_guard lock(c.mu);
+  auto it = c.by_key.find(key);
+  if (it == c.by_key.end()) return nullptr;
+  c.entries.splice(c.entries.begin(), c.entries, it->second);
+  return it->second->second;
+}
+
+void keep_cached_primitive(const std::string& key, std::shared_ptr<const void> entry) {
+  PrimitiveCache& c = cache();
+  std::lock_guard lock(c.mu);
+  if (c.by_key.contains(key)) return;  // Made by two threads at once: the first stays.
+  c.entries.emplace_front(key, std::move(entry));
+  c.by_key.emplace(key, c.entries.begin());
+  if (c.entries.size() > kPrimitiveCacheEntries) {
+    c.by_key.erase(c.entries.back().first);
+    c.entries.pop_back();
+  }
+}
+
+}  // namespace tandem::kernels::onednn

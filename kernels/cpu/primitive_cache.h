@@ -1,0 +1,100 @@
+// oneDNN primitives kept between calls, keyed by what they compute.
+//
+//   onednn::PrimitiveKey key;
+//   key.add(op_desc.data).add(activation);
+//   auto conv = onednn::cached_primitive<dnnl::convolution_forward>("convolution", key, [&] {
+//     return dnnl::convolution_forward::primitive_desc(op_desc, attr, onednn::cpu_engine());
+//   });
+//   conv->primitive.execute(stream, args);   // conv->pd answers queries
+//
+// Note [Primitive cache]
+// Making a primitive descriptor asks oneDNN's implementations in turn
+// whether they serve the operation, and making the primitive then looks in
+// oneDNN's own cache (keyed by that descriptor): tens of microseconds per
+// call on the 2-core development machine, more than the work of a layer at
+// batch 1 (LeNet-5's convolutions), and paid again by every backward
+// primitive for its forward hint. A model calls the same layers at the same
+// shapes step after step, so the kernels keep both, keyed by the bytes of
+// the plain descriptors they were made from (a dnnl_*_desc_t describes an
+// operation completely: shapes, strides, layouts, data types, padding)
+// plus anything else that went into them (the fused activation, a forward
+// hint), with the primitive's C++ type. Descriptors are plain structs
+// without pointers, so equal bytes mean an equal operation; padding bytes
+// that differ can only make a miss, never a wrong hit. The cache holds the
+// kPrimitiveCacheEntries most recently used, shared by every thread; an
+// entry in use by a kernel stays alive when it is evicted.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "kernels/cpu/onednn.h"
+
+namespace tandem::kernels::onednn {
+
+inline constexpr size_t kPrimitiveCacheEntries = 1024;
+
+// A primitive with the descriptor it was made from.
+template <class Primitive>
+struct CachedPrimitive {
+  typename Primitive::primitive_desc pd;
+  Primitive primitive;
+};
+
+// The bytes that identify an operation.
+class PrimitiveKey {
+ public:
+  template <class Plain>
+  PrimitiveKey& add(const Plain& value) {
+    static_assert(std::is_trivially_copyable_v<Plain>, "keys are made of plain bytes");
+    bytes_.append(reinterpret_cast<const char*>(&value), sizeof value);
+    return *this;
+  }
+  PrimitiveKey& add(const FusedActivation& activation) {
+    return add(activation.kind).add(activation.alpha);
+  }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+// The cache itself, behind cached_primitive: the entry for `key` (null if
+// none), and keeping a new one.
+std::shared_ptr<const void> find_cached_primitive(const std::string& key);
+void keep_cached_primitive(const std::string& key, std::shared_ptr<const void> entry);
+
+// The primitive for `key`: made from the primitive_desc `make` returns on
+// the first call (and after its eviction), then kept. A dnnl::error becomes a
+// tandem::Error naming `what`, as in make_pd.
+template <class Primitive, class Make>
+std::shared_ptr<const CachedPrimitive<Primitive>> cached_primitive(std::string_view what,
+                                                                   const PrimitiveKey& key,
+                                                                   Make&& make) {
+  // The primitive's type is part of the key, so a hit always has this type.
+  std::string bytes = typeid(Primitive).name();
+  bytes += '\0';
+  bytes += key.bytes();
+  if (std::shared_ptr<const void> found = find_cached_primitive(bytes)) {
+    return std::static_pointer_cast<const CachedPrimitive<Primitive>>(found);
+  }
+  auto pd = make_pd(what, std::forward<Make>(make));
+  std::shared_ptr<const CachedPrimitive<Primitive>> entry;
+  try {
+    entry = std::make_shared<const CachedPrimitive<Primitive>>(
+        CachedPrimitive<Primitive>{pd, Primitive(pd)});
+  } catch (const dnnl::error&) {
+    rethrow_dnnl_error(what);
+  }
+  keep_cached_primitive(bytes, entry);
+  return entry;
+}
+
+}  // namespace tandem::kernels::onednn

@@ -1,0 +1,66 @@
+// kernels/cpu/primitive_cache.h: a primitive is made once per operation and
+// reused, operations that differ in any descriptor byte or in the fused
+// activation get their own, and the cache keeps only the most recently used.
+#include "kernels/cpu/primitive_cache.h"
+
+#include <memory>
+
+#include "gtest/gtest.h"
+
+namespace tandem::kernels::onednn {
+namespace {
+
+// A matmul of [m, k] by [k, n]; `made` counts the descriptors made.
+std::shared_ptr<const CachedPrimitive<dnnl::matmul>> product(int64_t m, int64_t k, int64_t n,
+                                                             int& made,
+                                                             const FusedActivation& act = {}) {
+  using tag = dnnl::memory::format_tag;
+  const dnnl::matmul::desc op(desc({m, k}, tag::ab), desc({k, n}, tag::ab), desc({m, n}, tag::ab));
+  return cached_primitive<dnnl::matmul>("matmul", PrimitiveKey().add(op.data).add(act), [&] {
+    ++made;
+    return dnnl::matmul::primitive_desc(op, post_op_attr(act), cpu_engine());
+  });
+}
+
+// Verifies that the same operation is made once and then found.
+TEST(PrimitiveCacheTest, MakesEachOperationOnce) {
+  int made = 0;
+  auto first = product(3, 5, 7, made);
+  auto again = product(3, 5, 7, made);
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(first.get(), again.get());
+  EXPECT_EQ(first->pd.dst_desc().dims(), (dnnl::memory::dims{3, 7}));
+}
+
+// Verifies that other shapes, or another fused activation, are other entries.
+TEST(PrimitiveCacheTest, TellsOperationsApart) {
+  int made = 0;
+  auto plain = product(4, 6, 8, made);
+  auto wider = product(4, 6, 9, made);
+  auto relu = product(4, 6, 8, made, {Activation::kRelu, 0});
+  auto leaky = product(4, 6, 8, made, {Activation::kLeakyRelu, 0.1});
+  EXPECT_EQ(made, 4);
+  EXPECT_NE(plain.get(), wider.get());
+  EXPECT_NE(plain.get(), relu.get());
+  EXPECT_NE(relu.get(), leaky.get());
+}
+
+// Verifies that the cache holds kPrimitiveCacheEntries operations: filling it
+// with new ones evicts the least recently used, which is made again, while
+// an entry still held stays usable.
+TEST(PrimitiveCacheTest, EvictsTheLeastRecentlyUsed) {
+  int made = 0;
+  auto held = product(2, 3, 4, made);
+  for (int64_t n = 1; n <= static_cast<int64_t>(kPrimitiveCacheEntries); ++n) {
+    product(1, 1, 1000 + n, made);
+  }
+  const int before = made;
+  product(2, 3, 4, made);
+  EXPECT_EQ(made, before + 1) << "the oldest entry was not evicted";
+  product(1, 1, 1000 + static_cast<int64_t>(kPrimitiveCacheEntries), made);
+  EXPECT_EQ(made, before + 1) << "a recent entry was evicted";
+  EXPECT_EQ(held->pd.dst_desc().dims(), (dnnl::memory::dims{2, 4}));
+}
+
+}  // namespace
+}  // namespace tandem::kernels::onednn
