@@ -98,6 +98,28 @@ TEST(OptimSgdTest, MomentumDampeningWeightDecay) {
   EXPECT_TRUE(opt.momentum_buffer(0).defined());
 }
 
+// Verifies Note [SGD in two passes]: a float32 momentum step gives the same
+// bits as the update written op by op.
+TEST(OptimSgdTest, FusedMomentumStepIsTheOpByOpUpdateBitForBit) {
+  Tensor p = Tensor::from_vector<float>({0.3f, -1.7f, 2.9f, 1e-3f, -4e4f}, {5});
+  p.requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
+  std::vector<float> expected = p.to_vector<float>();
+  Tensor buf = zeros({5}, DType::kFloat32);
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    sum(mul(p, p)).backward();
+    Tensor g = p.grad().detach();
+    Tensor before = p.detach();
+    opt.step();
+    NoGradGuard no_grad;
+    buf = add(mul(buf, 0.9), g);
+    Tensor want = sub(before, mul(buf, full({}, 0.1, DType::kFloat32)));
+    EXPECT_EQ(p.to_vector<float>(), want.to_vector<float>()) << "step " << step + 1;
+    EXPECT_EQ(opt.momentum_buffer(0).to_vector<float>(), buf.to_vector<float>());
+  }
+}
+
 // Verifies SGD with Nesterov momentum: g += momentum buf.
 TEST(OptimSgdTest, Nesterov) {
   Tensor p = make_param();
