@@ -46,6 +46,30 @@ dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memo
 // takes a non-const pointer even for inputs; it never writes them.
 dnnl::memory wrap(const Tensor& tensor, const dnnl::memory::desc& md);
 
+// Note [Small primitives on one thread]
+// oneDNN divides a primitive's work among as many threads as OpenMP allows
+// when the primitive is made, and wakes that many at each run. For a small
+// call (LeNet-5 at batch 1: convolutions of 0.1-0.2M multiply-adds) waking
+// the team costs more than the work, and its helper then spins on the core
+// the caller needs: two thirds of that model's profile was OpenMP spinning.
+// So kernels make and run such calls inside a OneThread scope, where OpenMP
+// gives this thread one thread: primitives made there are single-threaded
+// (the primitive cache keys on the thread count, Note [Primitive cache]),
+// the call needs no all-cores lock (its op says so through OpDef::one_core)
+// and it may run on the thread that pushed it.
+inline constexpr int64_t kOneThreadWork = int64_t{1} << 20;  // Multiply-adds or elements.
+
+class OneThread {
+ public:
+  OneThread();
+  ~OneThread();
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Creates the primitive descriptor with `make` and converts a dnnl::error
 // (typically "unimplemented") into a tandem::Error naming `what`.
 template <class F>

@@ -1,5 +1,8 @@
 #include "kernels/cpu/primitive_cache.h"
 
+#include <omp.h>
+
+#include <atomic>
 #include <list>
 #include <mutex>
 
@@ -22,6 +25,19 @@ PrimitiveCache& cache() {
 
 }  // namespace
 
+int openmp_threads() { return omp_get_max_threads(); }
+
+uint64_t this_thread_number() {
+  static std::atomic<uint64_t> next{0};
+  thread_local const uint64_t number = next.fetch_add(1, std::memory_order_relaxed);
+  return number;
+}
+
+std::recursive_mutex& primitive_creation_mutex() {
+  static auto* mu = new std::recursive_mutex;  // Never destroyed: kernels run at exit.
+  return *mu;
+}
+
 std::shared_ptr<const void> find_cached_primitive(const std::string& key) {
   PrimitiveCache& c = cache();
   std::lock_guard lock(c.mu);
@@ -34,7 +50,7 @@ std::shared_ptr<const void> find_cached_primitive(const std::string& key) {
 void keep_cached_primitive(const std::string& key, std::shared_ptr<const void> entry) {
   PrimitiveCache& c = cache();
   std::lock_guard lock(c.mu);
-  if (c.by_key.contains(key)) return;  // Made by two threads at once: the first stays.
+  if (c.by_key.contains(key)) return;  // Kept already (by this thread, in a nested creation).
   c.entries.emplace_front(key, std::move(entry));
   c.by_key.emplace(key, c.entries.begin());
   if (c.entries.size() > kPrimitiveCacheEntries) {

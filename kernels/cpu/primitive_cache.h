@@ -18,15 +18,27 @@
 // the plain descriptors they were made from (a dnnl_*_desc_t describes an
 // operation completely: shapes, strides, layouts, data types, padding)
 // plus anything else that went into them (the fused activation, a forward
-// hint), with the primitive's C++ type. Descriptors are plain structs
-// without pointers, so equal bytes mean an equal operation; padding bytes
-// that differ can only make a miss, never a wrong hit. The cache holds the
-// kPrimitiveCacheEntries most recently used, shared by every thread; an
-// entry in use by a kernel stays alive when it is evicted.
+// hint), with the primitive's C++ type, the number of threads it is made
+// for (Note [Small primitives on one thread]) and the thread that runs it.
+// Descriptors are plain structs without pointers, so equal bytes mean an
+// equal operation; padding bytes that differ can only make a miss, never a
+// wrong hit. The cache holds the kPrimitiveCacheEntries most recently used;
+// an entry in use by a kernel stays alive when it is evicted.
+//
+// Why each thread has its own primitives: a dnnl::primitive made in
+// oneDNN's default (library) scratchpad mode may own its scratchpad, so two
+// threads running one primitive object at once write the same temporary
+// buffer. Kernels that run on one core do so without the all-cores lock,
+// concurrently (the difftest caught an average pooling and a training step
+// giving other answers once in a few runs); a primitive used by one thread
+// only is never run twice at once. A thread's entries outlive it until
+// they are evicted; thread numbers are never reused.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -66,10 +78,23 @@ class PrimitiveKey {
   std::string bytes_;
 };
 
+// The threads OpenMP gives the calling thread now: a primitive made with
+// fewer runs on fewer (Note [Small primitives on one thread]).
+int openmp_threads();
+// The calling thread's number, unique over the process's life (Note
+// [Primitive cache]: each thread has its own primitives).
+uint64_t this_thread_number();
+
 // The cache itself, behind cached_primitive: the entry for `key` (null if
 // none), and keeping a new one.
 std::shared_ptr<const void> find_cached_primitive(const std::string& key);
 void keep_cached_primitive(const std::string& key, std::shared_ptr<const void> entry);
+// Held while a primitive is made: Debian's oneDNN 2.6 was seen to deadlock
+// when two threads created primitives at once (Note [Thread budget] in
+// kernels/dispatch.h), and kernels that run on one core do not hold the
+// all-cores lock that otherwise keeps them apart. Recursive: a backward
+// primitive makes its forward hint inside its own creation.
+std::recursive_mutex& primitive_creation_mutex();
 
 // The primitive for `key`: made from the primitive_desc `make` returns on
 // the first call (and after its eviction), then kept. A dnnl::error becomes a
@@ -78,13 +103,16 @@ template <class Primitive, class Make>
 std::shared_ptr<const CachedPrimitive<Primitive>> cached_primitive(std::string_view what,
                                                                    const PrimitiveKey& key,
                                                                    Make&& make) {
-  // The primitive's type is part of the key, so a hit always has this type.
+  // The primitive's type is part of the key, so a hit always has this type;
+  // so are the thread count it is made for and the thread that runs it.
   std::string bytes = typeid(Primitive).name();
   bytes += '\0';
+  bytes += PrimitiveKey().add(openmp_threads()).add(this_thread_number()).bytes();
   bytes += key.bytes();
   if (std::shared_ptr<const void> found = find_cached_primitive(bytes)) {
     return std::static_pointer_cast<const CachedPrimitive<Primitive>>(found);
   }
+  std::lock_guard creating(primitive_creation_mutex());
   auto pd = make_pd(what, std::forward<Make>(make));
   std::shared_ptr<const CachedPrimitive<Primitive>> entry;
   try {

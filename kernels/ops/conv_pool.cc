@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
@@ -225,12 +226,25 @@ bool nonempty(std::initializer_list<const Tensor*> tensors) {
                      [](const Tensor* t) { return t->numel() > 0; });
 }
 
+// Whether a convolution with output `y` and weight `w` [O, C / groups, kh, kw]
+// is small enough to run on one thread (Note [Small primitives on one
+// thread]): its multiply-adds.
+bool conv_on_one_core(const Shape& y, const Shape& w) {
+  return y.numel() * w[1] * w[2] * w[3] <= onednn::kOneThreadWork;
+}
+
+bool conv2d_on_one_core(const CallShapes& shapes) {
+  return conv_on_one_core(*shapes.outputs[0], *shapes.inputs[1]);
+}
+
 void conv2d_kernel(const KernelContext& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &b = c.inputs[2], &y = c.outputs[0];
   Conv g = conv_geometry(x.shape(), w.shape(), c.attrs);
   const onednn::FusedActivation activation = onednn::fused_activation(c.attrs);
   visit_floating(x.dtype(), [&]<class T>() {
     if (std::is_same_v<T, float> && nonempty({&x, &w, &y})) {
+      std::optional<onednn::OneThread> one_thread;
+      if (conv_on_one_core(y.shape(), w.shape())) one_thread.emplace();
       ConvDescs d = conv_descs(g);
       // forward_training even where nothing will differentiate: for
       // forward_inference oneDNN 2.6 picks brgconv with NHWC layouts, whose
@@ -396,8 +410,20 @@ TensorMetas infer_pool(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   return {{pool_geometry(in[0].shape, attrs).out(), in[0].dtype}};
 }
 
+// Whether a pooling of x into y runs on one thread (Note [Small primitives on
+// one thread]): its elements, each read about once.
+bool pool_on_one_core(const Shape& x, const Shape& y) {
+  return x.numel() + y.numel() <= onednn::kOneThreadWork;
+}
+
+bool pool2d_on_one_core(const CallShapes& shapes) {
+  return pool_on_one_core(*shapes.inputs[0], *shapes.outputs[0]);
+}
+
 void pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, const Tensor& y) {
   using namespace onednn;
+  std::optional<OneThread> one_thread;
+  if (pool_on_one_core(x.shape(), y.shape())) one_thread.emplace();
   dnnl::memory::desc src = desc(dims_of(p.in()), dnnl::memory::format_tag::nchw);
   dnnl::memory::desc dst = desc(dims_of(p.out()), dnnl::memory::format_tag::nchw);
   dnnl::memory::dims stride = {p.stride[0], p.stride[1]}, kernel = {p.kernel[0], p.kernel[1]},
@@ -727,7 +753,8 @@ void register_conv_pool_ops(Registry& registry) {
                 .gradient = conv2d_gradient,
                 .doc = "2-D convolution, then the activation (none by default): x [N, C, H, W], "
                        "weight [O, C / groups, kH, kW], bias [O]",
-                .uses_all_cores = true});
+                .uses_all_cores = true,
+                .one_core = conv2d_on_one_core});
   registry.add({.name = "conv2d_backward_data",
                 .num_inputs = 2,
                 .attrs = plus(conv_attrs(), "input_shape"),
@@ -751,7 +778,8 @@ void register_conv_pool_ops(Registry& registry) {
                 .cpu = max_pool2d_kernel,
                 .gradient = max_pool2d_gradient,
                 .doc = "max over kernel windows of x [N, C, H, W] (stride defaults to kernel)",
-                .uses_all_cores = true});
+                .uses_all_cores = true,
+                .one_core = pool2d_on_one_core});
   registry.add({.name = "max_pool2d_backward",
                 .num_inputs = 2,
                 .attrs = pool_attrs(),
@@ -765,7 +793,8 @@ void register_conv_pool_ops(Registry& registry) {
                 .cpu = avg_pool2d_kernel,
                 .gradient = avg_pool2d_gradient,
                 .doc = "mean over kernel windows of x [N, C, H, W]; padding counts as zeros",
-                .uses_all_cores = true});
+                .uses_all_cores = true,
+                .one_core = pool2d_on_one_core});
   registry.add({.name = "avg_pool2d_backward",
                 .attrs = plus(pool_attrs(), "input_shape"),
                 .infer = infer_avg_pool2d_backward,

@@ -1,9 +1,11 @@
 // kernels/cpu/primitive_cache.h: a primitive is made once per operation and
 // reused, operations that differ in any descriptor byte or in the fused
-// activation get their own, and the cache keeps only the most recently used.
+// activation get their own, each thread has its own primitives, and the
+// cache keeps only the most recently used.
 #include "kernels/cpu/primitive_cache.h"
 
 #include <memory>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -43,6 +45,23 @@ TEST(PrimitiveCacheTest, TellsOperationsApart) {
   EXPECT_NE(plain.get(), wider.get());
   EXPECT_NE(plain.get(), relu.get());
   EXPECT_NE(relu.get(), leaky.get());
+}
+
+// Verifies that another thread gets a primitive of its own for the same
+// operation (Note [Primitive cache]: two threads must never run one
+// primitive object at once), and finds it again.
+TEST(PrimitiveCacheTest, EachThreadHasItsOwnPrimitive) {
+  int made = 0;
+  auto mine = product(5, 6, 7, made);
+  std::shared_ptr<const CachedPrimitive<dnnl::matmul>> theirs, theirs_again;
+  std::thread([&] {
+    theirs = product(5, 6, 7, made);
+    theirs_again = product(5, 6, 7, made);
+  }).join();
+  EXPECT_EQ(made, 2);
+  EXPECT_NE(mine.get(), theirs.get());
+  EXPECT_EQ(theirs.get(), theirs_again.get());
+  EXPECT_EQ(product(5, 6, 7, made).get(), mine.get());
 }
 
 // Verifies that the cache holds kPrimitiveCacheEntries operations: filling it
