@@ -29,11 +29,21 @@ namespace tandem::kernels::onednn {
 // cache were created later (by the first kernel, on a worker), it would be
 // destroyed while workers still run the last pushed kernels. So before the
 // first op is dispatched, the registry calls warm_up(), which makes and runs
-// one tiny primitive and one tiny sgemm (whose JIT kernels are statics of
-// their own) on the caller's thread, then asks the engine to drain before
-// anything constructed so far is destroyed. (When the main thread uses
-// Tandem, the engine drains even before any static object is destroyed:
-// Note [Draining at exit] in core/engine/engine.cc.)
+// one tiny primitive on the caller's thread, then asks the engine to drain
+// before anything constructed so far is destroyed. (When the main thread
+// uses Tandem, the engine drains even before any static object is
+// destroyed: Note [Draining at exit] in core/engine/engine.cc.)
+//
+// Note [oneDNN's gemm, warmed when first needed]
+// oneDNN's gemm (dnnl_sgemm, and primitives whose implementation is named
+// "gemm", such as some convolution backward passes) keeps its JIT kernels in
+// statics of its own, made on its first call, which JIT-compiles the whole
+// kernel set: 32-35 ms on the 2-core development machine, most of what
+// loading a model and running it once cost when warm_up() made them too.
+// Inference rarely needs them (its products are brgemm primitives), so
+// warm_up_gemm() makes them only before the gemm's first use, with a tiny
+// sgemm, and then asks again for a drain at exit, which therefore runs
+// before those statics are destroyed.
 //
 // Note [OpenMP across fork]
 // libgomp does not survive fork(): a child whose forking thread had an
@@ -258,10 +268,16 @@ void warm_up() {
            {DNNL_ARG_WEIGHTS, dnnl::memory(md, cpu_engine(), &b)},
            {DNNL_ARG_DST, dnnl::memory(md, cpu_engine(), &c)}},
           "warm-up matmul");
-  // oneDNN's gemm keeps its JIT kernels in statics made on first use; make them now too.
-  float x[4] = {1, 2, 3, 4}, y[4] = {1, 0, 0, 1}, z[4] = {};
-  dnnl_sgemm('N', 'N', 2, 2, 2, 1.0f, x, 2, y, 2, 0.0f, z, 2);
   engine::finish_before_exit();
+}
+
+void warm_up_gemm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    float x[4] = {1, 2, 3, 4}, y[4] = {1, 0, 0, 1}, z[4] = {};
+    dnnl_sgemm('N', 'N', 2, 2, 2, 1.0f, x, 2, y, 2, 0.0f, z, 2);
+    engine::finish_before_exit();
+  });
 }
 
 }  // namespace tandem::kernels::onednn

@@ -115,6 +115,11 @@ void execute_in_layouts(const dnnl::primitive& primitive, const dnnl::primitive_
 // Called once, by the registry, before any op runs.
 void warm_up();
 
+// The same for oneDNN's gemm (Note [oneDNN's gemm, warmed when first
+// needed]): called before dnnl_sgemm and before making a primitive whose
+// implementation calls the gemm; only the first call does anything.
+void warm_up_gemm();
+
 // Note [Fused activation]
 // conv2d and linear take "activation" (none, relu, gelu, sigmoid, tanh,
 // leaky_relu) and "alpha" (leaky_relu's slope) so that activation fusion

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <list>
 #include <mutex>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -36,6 +37,15 @@ uint64_t this_thread_number() {
 std::recursive_mutex& primitive_creation_mutex() {
   static auto* mu = new std::recursive_mutex;  // Never destroyed: kernels run at exit.
   return *mu;
+}
+
+void warm_up_gemm_for(const dnnl::primitive_desc_base& pd) {
+  // Implementation names say "gemm" for the gemm-based ones ("gemm:jit",
+  // "x64:gemm:jit"); a brgemm one ("brgemm:avx512_core") warms it needlessly,
+  // once.
+  if (std::string_view(pd.impl_info_str()).find("gemm") != std::string_view::npos) {
+    warm_up_gemm();
+  }
 }
 
 std::shared_ptr<const void> find_cached_primitive(const std::string& key) {

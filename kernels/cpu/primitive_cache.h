@@ -99,6 +99,8 @@ void keep_cached_primitive(const std::string& key, std::shared_ptr<const void> e
 // all-cores lock that otherwise keeps them apart. Recursive: a backward
 // primitive makes its forward hint inside its own creation.
 std::recursive_mutex& primitive_creation_mutex();
+// warm_up_gemm() where `pd`'s implementation may call oneDNN's gemm.
+void warm_up_gemm_for(const dnnl::primitive_desc_base& pd);
 
 // The primitive for `key`: made from the primitive_desc `make` returns on
 // the first call (and after its eviction), then kept. A dnnl::error becomes a
@@ -118,6 +120,7 @@ std::shared_ptr<const CachedPrimitive<Primitive>> cached_primitive(std::string_v
   }
   std::lock_guard creating(primitive_creation_mutex());
   auto pd = make_pd(what, std::forward<Make>(make));
+  warm_up_gemm_for(pd);
   std::shared_ptr<const CachedPrimitive<Primitive>> entry;
   try {
     entry = std::make_shared<const CachedPrimitive<Primitive>>(

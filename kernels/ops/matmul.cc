@@ -211,6 +211,7 @@ void matmul_onednn(const MatmulGeometry& g, const Tensor& a, const Tensor& b, co
 // needs no primitive lookup. Both run on oneDNN's OpenMP threads.
 void matmul_sgemm(const MatmulGeometry& g, const float* a, const float* b, float* out) {
   // Row-major leading dimensions of the operands as stored.
+  onednn::warm_up_gemm();  // Note [oneDNN's gemm, warmed when first needed].
   const dnnl_dim_t lda = g.transpose_a ? g.m : g.k, ldb = g.transpose_b ? g.k : g.n;
   dnnl_status_t status = dnnl_sgemm(g.transpose_a ? 'T' : 'N', g.transpose_b ? 'T' : 'N', g.m, g.n,
                                     g.k, 1.0f, a, lda, b, ldb, 0.0f, out, g.n);
