@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
-#include "kernels/dispatch.h"
 
 namespace tandem::optim {
 namespace {
@@ -34,12 +33,6 @@ constexpr const char* kFirstMoment = "r0=mul(i0,i1);r1=mul(i2,i3);r2=add(r0,r1)"
 constexpr const char* kSecondMoment = "r0=mul(i0,i1);r1=mul(i2,i2);r2=mul(r1,i3);r3=add(r0,r2)";
 constexpr const char* kParamUpdate =
     "r0=sqrt(i2);r1=div(r0,i3);r2=add(r1,i4);r3=div(i1,r2);r4=mul(r3,i5);r5=sub(i0,r4)";
-
-Tensor fused(const char* program, std::initializer_list<Tensor> inputs) {
-  return kernels::call1("fused_elementwise",
-                        absl::Span<const Tensor>(inputs.begin(), inputs.size()),
-                        {{"program", std::string(program)}});
-}
 
 }  // namespace
 
@@ -129,15 +122,16 @@ void Adam::step() {
                    full({}, 1 - beta2, dtype), full({}, options_.eps, dtype)};
     }
     const Constants& h = c->second;
-    s.exp_avg.assign_(fused(kFirstMoment, {s.exp_avg, h.beta1, g, h.one_minus_beta1}));
-    s.exp_avg_sq.assign_(fused(kSecondMoment, {s.exp_avg_sq, h.beta2, g, h.one_minus_beta2}));
+    s.exp_avg.assign_(fused_update(kFirstMoment, {s.exp_avg, h.beta1, g, h.one_minus_beta1}));
+    s.exp_avg_sq.assign_(
+        fused_update(kSecondMoment, {s.exp_avg_sq, h.beta2, g, h.one_minus_beta2}));
     Tensor v = s.exp_avg_sq;
     if (options_.amsgrad) {
       s.max_exp_avg_sq.assign_(maximum(s.max_exp_avg_sq, s.exp_avg_sq));
       v = s.max_exp_avg_sq;
     }
-    p.assign_(
-        fused(kParamUpdate, {param, s.exp_avg, v, k.bias_correction2_sqrt, h.eps, k.step_size}));
+    p.assign_(fused_update(kParamUpdate,
+                           {param, s.exp_avg, v, k.bias_correction2_sqrt, h.eps, k.step_size}));
   }
 }
 

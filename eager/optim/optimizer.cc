@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "eager/ops.h"
+#include "kernels/dispatch.h"
 
 namespace tandem::optim {
 namespace {
@@ -49,6 +50,12 @@ void Optimizer::set_lr(double lr) {
   check_lr(lr);
   lr_ = lr;
   for (const auto& [dtype, tensor] : lr_tensors_) tensor.assign_(full({}, lr, dtype));
+}
+
+Tensor Optimizer::fused_update(const char* program, std::initializer_list<Tensor> inputs) {
+  return kernels::call1("fused_elementwise",
+                        absl::Span<const Tensor>(inputs.begin(), inputs.size()),
+                        {{"program", std::string(program)}});
 }
 
 void Optimizer::follow_param_device(const Tensor& state, size_t i) const {

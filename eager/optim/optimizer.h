@@ -55,6 +55,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -96,6 +97,11 @@ class Optimizer {
   // Moves `state` (a tensor of parameter i's state) to the parameter's device
   // when it is elsewhere (see "Devices" above); cheap when it is not.
   void follow_param_device(const Tensor& state, size_t i) const;
+
+  // One fused_elementwise pass (Note [Fused elementwise programs]) of
+  // `program` over `inputs`: the update rules of Adam and SGD, each tensor
+  // read once instead of once per op.
+  static Tensor fused_update(const char* program, std::initializer_list<Tensor> inputs);
 
   std::vector<Tensor> params_;
 

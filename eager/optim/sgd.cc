@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
-#include "kernels/dispatch.h"
 
 namespace tandem::optim {
 namespace {
@@ -24,12 +23,6 @@ namespace {
 //   p'   = p - g' * lr
 constexpr const char* kMomentum = "r0=mul(i0,i1);r1=add(r0,i2)";
 constexpr const char* kParamUpdate = "r0=mul(i1,i2);r1=sub(i0,r0)";
-
-Tensor fused(const char* program, std::initializer_list<Tensor> inputs) {
-  return kernels::call1("fused_elementwise",
-                        absl::Span<const Tensor>(inputs.begin(), inputs.size()),
-                        {{"program", std::string(program)}});
-}
 
 }  // namespace
 
@@ -81,10 +74,10 @@ void SGD::step() {
       }
       auto [m, is_new] = momentum.try_emplace(p.dtype());
       if (is_new) m->second = full({}, o.momentum, p.dtype());
-      buf.assign_(fused(kMomentum, {buf, m->second, scaled}));  // Note [SGD in two passes].
+      buf.assign_(fused_update(kMomentum, {buf, m->second, scaled}));  // Note [SGD in two passes].
       g = o.nesterov ? add(g, mul(buf, o.momentum)) : buf;
     }
-    p.assign_(fused(kParamUpdate, {p, g, lr_tensor(p.dtype())}));
+    p.assign_(fused_update(kParamUpdate, {p, g, lr_tensor(p.dtype())}));
   }
 }
 

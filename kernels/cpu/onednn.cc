@@ -61,8 +61,13 @@ const dnnl::engine& cpu_engine() {
   return *engine;
 }
 
-OneThread::OneThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-OneThread::~OneThread() { omp_set_num_threads(saved_); }
+OneThread::OneThread(bool small) : saved_(small ? omp_get_max_threads() : 0) {
+  if (saved_ != 0) omp_set_num_threads(1);
+}
+
+OneThread::~OneThread() {
+  if (saved_ != 0) omp_set_num_threads(saved_);
+}
 
 dnnl::memory::dims dims_of(const Shape& shape) {
   return dnnl::memory::dims(shape.begin(), shape.end());

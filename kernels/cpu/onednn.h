@@ -52,8 +52,9 @@ dnnl::memory wrap(const Tensor& tensor, const dnnl::memory::desc& md);
 // call (LeNet-5 at batch 1: convolutions of 0.1-0.2M multiply-adds) waking
 // the team costs more than the work, and its helper then spins on the core
 // the caller needs: two thirds of that model's profile was OpenMP spinning.
-// So kernels make and run such calls inside a OneThread scope, where OpenMP
-// gives this thread one thread: primitives made there are single-threaded
+// So kernels make and run such calls inside a OneThread scope (constructed
+// with `small` true), where OpenMP gives this thread one thread: primitives
+// made there are single-threaded
 // (the primitive cache keys on the thread count, Note [Primitive cache]),
 // the call needs no all-cores lock (its op says so through OpDef::one_core)
 // and it may run on the thread that pushed it.
@@ -61,13 +62,14 @@ inline constexpr int64_t kOneThreadWork = int64_t{1} << 20;  // Multiply-adds or
 
 class OneThread {
  public:
-  OneThread();
+  // One OpenMP thread for this scope where `small`; otherwise changes nothing.
+  explicit OneThread(bool small);
   ~OneThread();
   OneThread(const OneThread&) = delete;
   OneThread& operator=(const OneThread&) = delete;
 
  private:
-  int saved_;
+  int saved_;  // The thread count to restore; 0 where nothing was changed.
 };
 
 // Creates the primitive descriptor with `make` and converts a dnnl::error

@@ -60,7 +60,7 @@ std::shared_ptr<const void> find_cached_primitive(const std::string& key) {
 void keep_cached_primitive(const std::string& key, std::shared_ptr<const void> entry) {
   PrimitiveCache& c = cache();
   std::lock_guard lock(c.mu);
-  if (c.by_key.contains(key)) return;  // Kept already (by this thread, in a nested creation).
+  if (c.by_key.contains(key)) return;  // Kept already: the first entry stays.
   c.entries.emplace_front(key, std::move(entry));
   c.by_key.emplace(key, c.entries.begin());
   if (c.entries.size() > kPrimitiveCacheEntries) {

@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <optional>
 
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
@@ -243,8 +242,7 @@ void conv2d_kernel(const KernelContext& c) {
   const onednn::FusedActivation activation = onednn::fused_activation(c.attrs);
   visit_floating(x.dtype(), [&]<class T>() {
     if (std::is_same_v<T, float> && nonempty({&x, &w, &y})) {
-      std::optional<onednn::OneThread> one_thread;
-      if (conv_on_one_core(y.shape(), w.shape())) one_thread.emplace();
+      const onednn::OneThread one_thread(conv_on_one_core(y.shape(), w.shape()));
       ConvDescs d = conv_descs(g);
       // forward_training even where nothing will differentiate: for
       // forward_inference oneDNN 2.6 picks brgconv with NHWC layouts, whose
@@ -422,8 +420,7 @@ bool pool2d_on_one_core(const CallShapes& shapes) {
 
 void pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, const Tensor& y) {
   using namespace onednn;
-  std::optional<OneThread> one_thread;
-  if (pool_on_one_core(x.shape(), y.shape())) one_thread.emplace();
+  const OneThread one_thread(pool_on_one_core(x.shape(), y.shape()));
   dnnl::memory::desc src = desc(dims_of(p.in()), dnnl::memory::format_tag::nchw);
   dnnl::memory::desc dst = desc(dims_of(p.out()), dnnl::memory::format_tag::nchw);
   dnnl::memory::dims stride = {p.stride[0], p.stride[1]}, kernel = {p.kernel[0], p.kernel[1]},
