@@ -51,6 +51,20 @@ Generator& generator() {
 
 }  // namespace
 
+namespace detail {
+
+const kernels::OpDef& find_op(const char* name) { return kernels::Registry::global().get(name); }
+
+Tensor call_unary(const kernels::OpDef& op, const Tensor& x,
+                  std::initializer_list<std::pair<const char*, double>> params,
+                  const Location& where) {
+  Attrs attrs;
+  for (const auto& [name, value] : params) attrs.set(name, value);
+  return kernels::call1(op, {x}, attrs, where);
+}
+
+}  // namespace detail
+
 Tensor add(const Tensor& a, const Tensor& b, Location where) {
   return run<"add">({a, b}, {}, where);
 }

@@ -13,17 +13,32 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace tandem {
+namespace kernels {
+struct OpDef;
+}  // namespace kernels
 
 using Dims = std::vector<int64_t>;
 using Location = std::source_location;
 #define TANDEM_HERE Location where = Location::current()
+
+namespace detail {
+// For the one-line functions of the elementwise ops below: the op named
+// `name` (looked up once, by the caller's function-local static), and a call
+// of it on x with float attributes.
+const kernels::OpDef& find_op(const char* name);
+Tensor call_unary(const kernels::OpDef& op, const Tensor& x,
+                  std::initializer_list<std::pair<const char*, double>> params,
+                  const Location& where);
+}  // namespace detail
 
 // ---- Elementwise, with NumPy broadcasting; operands must share a dtype. ----
 Tensor add(const Tensor& a, const Tensor& b, TANDEM_HERE);

@@ -3,42 +3,14 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "kernels/elementwise_ops.h"
 
 namespace tandem::kernels {
 namespace {
 
-struct InstrInfo {
-  std::string_view name;
-  ElementwiseOp code;
-  int arity;
-  std::array<std::string_view, 2> params;  // Empty names: unused.
-  bool costly;                             // Calls libm per element.
-};
-
-constexpr InstrInfo kInstrs[] = {
-    {"neg", ElementwiseOp::kNeg, 1, {}, false},
-    {"abs", ElementwiseOp::kAbs, 1, {}, false},
-    {"sign", ElementwiseOp::kSign, 1, {}, false},
-    {"square", ElementwiseOp::kSquare, 1, {}, false},
-    {"relu", ElementwiseOp::kRelu, 1, {}, false},
-    {"exp", ElementwiseOp::kExp, 1, {}, true},
-    {"log", ElementwiseOp::kLog, 1, {}, true},
-    {"sqrt", ElementwiseOp::kSqrt, 1, {}, false},
-    {"rsqrt", ElementwiseOp::kRsqrt, 1, {}, false},
-    {"tanh", ElementwiseOp::kTanh, 1, {}, true},
-    {"sigmoid", ElementwiseOp::kSigmoid, 1, {}, true},
-    {"erf", ElementwiseOp::kErf, 1, {}, true},
-    {"gelu", ElementwiseOp::kGelu, 1, {}, true},
-    {"leaky_relu", ElementwiseOp::kLeakyRelu, 1, {"alpha"}, false},
-    {"clip", ElementwiseOp::kClip, 1, {"min", "max"}, false},
-    {"add", ElementwiseOp::kAdd, 2, {}, false},
-    {"sub", ElementwiseOp::kSub, 2, {}, false},
-    {"mul", ElementwiseOp::kMul, 2, {}, false},
-    {"div", ElementwiseOp::kDiv, 2, {}, false},
-    {"pow", ElementwiseOp::kPow, 2, {}, true},
-    {"maximum", ElementwiseOp::kMaximum, 2, {}, false},
-    {"minimum", ElementwiseOp::kMinimum, 2, {}, false},
-};
+// The ops a program may use: those of kernels/elementwise_ops.h that compute
+// in floating point.
+constexpr auto kOps = elementwise::ElementwiseOps::infos();
 
 std::vector<std::string_view> split(std::string_view text, char separator) {
   std::vector<std::string_view> parts;
@@ -80,21 +52,21 @@ FusedProgram parse_fused_program(std::string_view text, int num_inputs) {
     fail_unless(parse_index(s.substr(0, eq), 'r') == static_cast<int>(k), "defines '",
                 s.substr(0, eq), "', expected r", k, " (registers are numbered in order)");
     std::string_view name = s.substr(eq + 1, open - eq - 1);
-    const InstrInfo* info = nullptr;
-    for (const InstrInfo& candidate : kInstrs) {
-      if (candidate.name == name) info = &candidate;
+    const ElementwiseInfo* info = nullptr;
+    for (const ElementwiseInfo& candidate : kOps) {
+      if (candidate.name == name && candidate.fusable) info = &candidate;
     }
     if (info == nullptr) {
       std::string known;
-      for (const InstrInfo& candidate : kInstrs) {
-        known += str_cat(known.empty() ? "" : ", ", candidate.name);
+      for (const ElementwiseInfo& candidate : kOps) {
+        if (candidate.fusable) known += str_cat(known.empty() ? "" : ", ", candidate.name);
       }
       fail_unless(false, "unknown op '", name, "'; expected one of: ", known);
     }
     FusedInstr instr{.code = info->code, .arity = info->arity, .operands = {}};
     program.costly = program.costly || info->costly;
     std::vector<std::string_view> args = split(s.substr(open + 1, close - open - 1), ',');
-    int num_params = info->params[0].empty() ? 0 : (info->params[1].empty() ? 1 : 2);
+    const int num_params = info->num_params;
     fail_unless(static_cast<int>(args.size()) == info->arity + num_params, name, " takes ",
                 info->arity, " operand(s) and ", num_params, " parameter(s), got ", args.size(),
                 " argument(s)");
@@ -120,8 +92,11 @@ FusedProgram parse_fused_program(std::string_view text, int num_inputs) {
       fail_unless(assign != std::string_view::npos, "argument '", arg,
                   "' is not a parameter name=value");
       std::string_view param = arg.substr(0, assign), value = arg.substr(assign + 1);
-      int p = param == info->params[0] ? 0 : (param == info->params[1] ? 1 : -1);
-      fail_unless(p >= 0 && !param.empty(), name, " has no parameter '", param, "'");
+      int p = -1;
+      for (int q = 0; q < num_params; ++q) {
+        if (param == info->params[static_cast<size_t>(q)].name) p = q;
+      }
+      fail_unless(p >= 0, name, " has no parameter '", param, "'");
       fail_unless(!given[static_cast<size_t>(p)], "parameter '", param, "' given twice");
       given[static_cast<size_t>(p)] = true;
       double& number = instr.params[static_cast<size_t>(p)];
@@ -129,10 +104,10 @@ FusedProgram parse_fused_program(std::string_view text, int num_inputs) {
       fail_unless(error == std::errc() && end == value.data() + value.size() && !value.empty(),
                   "parameter '", param, "' is not a number: '", value, "'");
     }
-    if (info->code == ElementwiseOp::kClip) {
-      fail_unless(instr.params[0] <= instr.params[1],
-                  "clip min must not exceed max, got min=", instr.params[0],
-                  " and max=", instr.params[1]);
+    if (info->ordered_params) {
+      fail_unless(instr.params[0] <= instr.params[1], name, " ", info->params[0].name,
+                  " must not exceed ", info->params[1].name, ", got ", info->params[0].name, "=",
+                  instr.params[0], " and ", info->params[1].name, "=", instr.params[1]);
     }
     program.instrs.push_back(instr);
     last_reader.push_back(-1);

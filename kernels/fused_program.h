@@ -5,7 +5,7 @@
 // elementwise programs] in kernels/ops/fused_elementwise.cc:
 //
 //   FusedProgram p = parse_fused_program("r0=exp(i0);r1=clip(r0,max=6,min=0)", 1);
-//   p.instrs[1].code;                      // ElementwiseOp::kClip
+//   p.instrs[1].code;                      // code_of<elementwise::Clip>()
 //   p.instrs[1].operands[0];               // {.is_input = false, .index = 0}: r0
 //   p.instrs[1].params;                    // {0, 6}: min, max
 //
@@ -19,37 +19,9 @@
 #include <string_view>
 #include <vector>
 
-namespace tandem::kernels {
+#include "kernels/elementwise_formula.h"
 
-// The ops a program may use, each computing what the op of the same name
-// computes (kernels/cpu/elementwise_math.h, kernels/cuda/elementwise_math.cuh,
-// which also uses these codes for the standalone elementwise ops). Unary
-// ops first, then binary; kernels/cuda/elementwise.cu relies on kNeg..kRelu
-// coming before kExp.
-enum class ElementwiseOp : uint8_t {
-  kNeg,
-  kAbs,
-  kSign,
-  kSquare,
-  kRelu,
-  kExp,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kTanh,
-  kSigmoid,
-  kErf,
-  kGelu,
-  kLeakyRelu,  // params[0]: alpha.
-  kClip,       // params[0]: min, params[1]: max.
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMaximum,
-  kMinimum,
-};
+namespace tandem::kernels {
 
 // An instruction's operand: the node's input iN or the register rM.
 struct FusedOperand {
@@ -58,7 +30,7 @@ struct FusedOperand {
 };
 
 struct FusedInstr {
-  ElementwiseOp code;
+  ElementwiseOp code;                    // The op's index in elementwise::ElementwiseOps.
   int arity;                             // 1 or 2 operands.
   std::array<FusedOperand, 2> operands;  // operands[1] unused when arity is 1.
   std::array<double, 2> params = {0, 0};

@@ -1,7 +1,6 @@
 // Integer arithmetic of the elementwise ops and reductions, with no
-// undefined behaviour for any operands: one definition for the CPU kernels
-// (kernels/cpu/elementwise_math.h) and the CUDA kernels
-// (kernels/cuda/elementwise_math.cuh).
+// undefined behaviour for any operands: one definition for the formulas of
+// kernels/elementwise_ops.h, which serve the CPU and the CUDA kernels.
 //
 //   int32_t a = integer::add(INT32_MAX, 1);   // INT32_MIN: wraps
 //   int64_t q = integer::div(INT64_MIN, -1);  // INT64_MIN: wraps, no trap

@@ -30,6 +30,7 @@
 #include "core/engine/engine.h"
 #include "core/tensor.h"
 #include "kernels/attrs.h"
+#include "kernels/elementwise_formula.h"
 
 namespace tandem::kernels {
 
@@ -121,6 +122,9 @@ struct OpDef {
   // device. The op runs on the GPU if either side is one (a copy to the host
   // runs on the GPU that holds the data).
   Device (*output_device)(const Attrs& attrs) = nullptr;
+  // For the ops of kernels/elementwise_ops.h: the op's formula traits (its
+  // fused-program instruction, its fused activation); null for the rest.
+  const ElementwiseInfo* elementwise = nullptr;
 
   // Filled by Registry::add from `attrs`: every attribute that has a default,
   // set to it (what a call that gives no attributes resolves to), and

@@ -9,10 +9,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/elementwise_formula.h"
 
 namespace tandem::kernels {
 
@@ -88,6 +90,25 @@ decltype(auto) visit_element_bits(size_t bytes, F&& f) {
       return f.template operator()<uint32_t>();
     default:
       return f.template operator()<uint64_t>();
+  }
+}
+
+// The dtypes of an elementwise op's ElementTypes (kernels/elementwise_formula.h);
+// the op's inference has refused every other dtype.
+template <ElementTypes kTypes, class F>
+void visit_element_types(DType dtype, F&& f) {
+  if constexpr (kTypes == ElementTypes::kFloating) {
+    visit_floating(dtype, f);
+  } else if constexpr (kTypes == ElementTypes::kSignedNumeric) {
+    visit_numeric(dtype, [&]<class T>() {
+      if constexpr (std::is_signed_v<T>) f.template operator()<T>();
+    });
+  } else if constexpr (kTypes == ElementTypes::kIntegerOrBool) {
+    visit_all(dtype, [&]<class T>() {
+      if constexpr (std::is_integral_v<T>) f.template operator()<T>();
+    });
+  } else {
+    visit_all(dtype, f);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/cpu/primitive_cache.h"
 #include "kernels/cpu/team_binding.h"
+#include "kernels/elementwise_ops.h"
 
 namespace tandem::kernels::onednn {
 
@@ -182,34 +183,21 @@ void execute_in_layouts(const dnnl::primitive& primitive, const dnnl::primitive_
   }
 }
 
-namespace {
-
-struct ActivationName {
-  const char* name;
-  Activation kind;
-};
-
-constexpr ActivationName kActivations[] = {
-    {"none", Activation::kNone}, {"relu", Activation::kRelu},
-    {"gelu", Activation::kGelu}, {"sigmoid", Activation::kSigmoid},
-    {"tanh", Activation::kTanh}, {"leaky_relu", Activation::kLeakyRelu},
-};
-
-}  // namespace
-
 std::vector<AttrSpec> activation_attrs() {
   return {{"activation", std::string("none")}, {"alpha", 0.01}};
 }
 
 FusedActivation fused_activation(const Attrs& attrs) {
+  static constexpr auto kOps = elementwise::UnaryOps::infos();
   const std::string& name = attrs.get_string("activation");
-  for (const ActivationName& a : kActivations) {
-    if (name == a.name) return {a.kind, attrs.get_float("alpha")};
+  if (name == "none") return {};
+  std::string known = "none";
+  for (const ElementwiseInfo& op : kOps) {
+    if (op.post_op.algorithm == PostOpAlgorithm::kNone) continue;
+    if (name == op.name) return {&op, attrs.get_float("alpha")};
+    known += str_cat(", ", op.name);
   }
-  detail::throw_check_failure(
-      str_cat("activation must be one of none, relu, gelu, sigmoid, "
-              "tanh, leaky_relu; got '",
-              name, "'"));
+  detail::throw_check_failure(str_cat("activation must be one of ", known, "; got '", name, "'"));
 }
 
 Attrs without_activation(const Attrs& attrs) {
@@ -222,32 +210,62 @@ Attrs without_activation(const Attrs& attrs) {
 
 dnnl::primitive_attr post_op_attr(const FusedActivation& activation) {
   dnnl::primitive_attr attr;
-  if (activation.kind == Activation::kNone) return attr;
-  // (algorithm, alpha): oneDNN's relu with a nonzero alpha is leaky_relu;
-  // gelu_erf is the exact gelu the standalone op computes.
+  if (activation.op == nullptr) return attr;
+  const PostOp& post = activation.op->post_op;
   dnnl::algorithm algorithm = dnnl::algorithm::eltwise_relu;
-  float alpha = 0;
-  switch (activation.kind) {
-    case Activation::kNone:
-    case Activation::kRelu:
+  switch (post.algorithm) {
+    case PostOpAlgorithm::kNone:
+    case PostOpAlgorithm::kRelu:
       break;
-    case Activation::kGelu:
-      algorithm = dnnl::algorithm::eltwise_gelu_erf;
-      break;
-    case Activation::kSigmoid:
-      algorithm = dnnl::algorithm::eltwise_logistic;
-      break;
-    case Activation::kTanh:
+    case PostOpAlgorithm::kTanh:
       algorithm = dnnl::algorithm::eltwise_tanh;
       break;
-    case Activation::kLeakyRelu:
-      alpha = static_cast<float>(activation.alpha);
+    case PostOpAlgorithm::kElu:
+      algorithm = dnnl::algorithm::eltwise_elu;
+      break;
+    case PostOpAlgorithm::kLogistic:
+      algorithm = dnnl::algorithm::eltwise_logistic;
+      break;
+    case PostOpAlgorithm::kGeluErf:
+      algorithm = dnnl::algorithm::eltwise_gelu_erf;
+      break;
+    case PostOpAlgorithm::kSwish:
+      algorithm = dnnl::algorithm::eltwise_swish;
+      break;
+    case PostOpAlgorithm::kMish:
+      algorithm = dnnl::algorithm::eltwise_mish;
+      break;
+    case PostOpAlgorithm::kHardswish:
+      algorithm = dnnl::algorithm::eltwise_hardswish;
       break;
   }
+  const float alpha = post.alpha_is_param ? static_cast<float>(activation.alpha) : post.alpha;
   dnnl::post_ops ops;
-  ops.append_eltwise(/*scale=*/1.0f, algorithm, alpha, /*beta=*/0.0f);
+  ops.append_eltwise(post.scale, algorithm, alpha, post.beta);
   attr.set_post_ops(ops);
   return attr;
+}
+
+namespace {
+
+template <class T>
+void apply_formula(const FusedActivation& activation, T* data, int64_t count) {
+  if (activation.op == nullptr) return;
+  elementwise::UnaryOps::visit(activation.op->code, [&]<class Op>() {
+    if constexpr (Op::kPostOp.algorithm != PostOpAlgorithm::kNone) {
+      const Op f = make_formula<Op>(activation.alpha, 0);
+      for (int64_t i = 0; i < count; ++i) data[i] = f(data[i]);
+    }
+  });
+}
+
+}  // namespace
+
+void apply_activation(const FusedActivation& activation, float* data, int64_t count) {
+  apply_formula(activation, data, count);
+}
+void apply_activation(const FusedActivation& activation, double* data, int64_t count) {
+  apply_formula(activation, data, count);
 }
 
 namespace {

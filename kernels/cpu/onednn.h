@@ -12,9 +12,7 @@
 // its outputs like any other kernel error. Internal to kernels/.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <numbers>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -123,27 +121,27 @@ void warm_up();
 void warm_up_gemm();
 
 // Note [Fused activation]
-// conv2d and linear take "activation" (none, relu, gelu, sigmoid, tanh,
-// leaky_relu) and "alpha" (leaky_relu's slope) so that activation fusion
-// (trace/passes/activation_fusion.h) can fold the activation node that
-// follows them into the layer. On the oneDNN path the activation is an
-// eltwise post-op: applied to each output element while it is still in
-// registers, instead of another pass over the whole tensor. Other paths
-// (float64, empty inner dimension) apply the same scalar formulas as the
-// standalone ops in elementwise_unary.cc afterwards. oneDNN's primitive cache
-// keys on the primitive_attr too, so layers that differ only in their
-// activation never share a cached primitive.
-enum class Activation { kNone, kRelu, kGelu, kSigmoid, kTanh, kLeakyRelu };
-
+// conv2d and linear take "activation" (none, or the name of an elementwise
+// op with a PostOp in kernels/elementwise_ops.h, such as relu, leaky_relu or
+// gelu) and "alpha" (the activation's parameter, for one that has one, such
+// as leaky_relu's slope), so that activation fusion (trace/passes/activation_fusion.h)
+// can fold the activation node that follows them into the layer. On the
+// oneDNN path the activation is an eltwise post-op: applied to each output
+// element while it is still in registers, instead of another pass over the
+// whole tensor. Other paths (float64, empty inner dimension, CUDA) apply the
+// op's own formula afterwards. oneDNN's primitive cache keys on the
+// primitive_attr too, so layers that differ only in their activation never
+// share a cached primitive.
 struct FusedActivation {
-  Activation kind = Activation::kNone;
-  double alpha = 0;  // leaky_relu's slope.
+  const ElementwiseInfo* op = nullptr;  // Null: no activation.
+  double alpha = 0;                     // The op's parameter, if it has one.
 };
 
 // The activation attributes both layers add to their schema.
 std::vector<AttrSpec> activation_attrs();
-// Parses them; throws tandem::Error for an unknown name (inference calls it,
-// so the message names the op and the user's line).
+// Parses them; throws tandem::Error for a name that is no fusable
+// activation (inference calls it, so the message names the op and the
+// user's line).
 FusedActivation fused_activation(const Attrs& attrs);
 // `attrs` without the activation attributes: what the layer's gradient
 // passes to ops that do not declare them.
@@ -151,34 +149,9 @@ Attrs without_activation(const Attrs& attrs);
 // A primitive_attr with the activation as an eltwise post-op (empty for none).
 dnnl::primitive_attr post_op_attr(const FusedActivation& activation);
 
-// Applies the activation in place, with the formulas of the standalone ops.
-template <class T>
-void apply_activation(const FusedActivation& a, T* data, int64_t count) {
-  auto apply = [&](auto f) {
-    for (int64_t i = 0; i < count; ++i) data[i] = f(data[i]);
-  };
-  switch (a.kind) {
-    case Activation::kNone:
-      return;
-    case Activation::kRelu:
-      return apply([](T x) { return x > T{0} ? x : T{0}; });
-    case Activation::kGelu:
-      return apply([](T x) {
-        return x * T{0.5} * (T{1} + std::erf(x * static_cast<T>(std::numbers::sqrt2 / 2)));
-      });
-    case Activation::kSigmoid:
-      // Neither branch overflows: exp of a non-positive number only.
-      return apply([](T x) {
-        if (x >= T{0}) return T{1} / (T{1} + std::exp(-x));
-        T e = std::exp(x);
-        return e / (T{1} + e);
-      });
-    case Activation::kTanh:
-      return apply([](T x) { return std::tanh(x); });
-    case Activation::kLeakyRelu:
-      return apply([&](T x) { return x >= T{0} ? x : static_cast<T>(a.alpha * x); });
-  }
-}
+// Applies the activation in place, with the op's formula.
+void apply_activation(const FusedActivation& activation, float* data, int64_t count);
+void apply_activation(const FusedActivation& activation, double* data, int64_t count);
 
 // Converts the dnnl::error being handled into a tandem::Error (rethrows).
 [[noreturn]] void rethrow_dnnl_error(std::string_view what);

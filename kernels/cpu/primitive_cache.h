@@ -74,7 +74,8 @@ class PrimitiveKey {
     return *this;
   }
   PrimitiveKey& add(const FusedActivation& activation) {
-    return add(activation.kind).add(activation.alpha);
+    return add(activation.op == nullptr ? -1 : static_cast<int>(activation.op->code))
+        .add(activation.alpha);
   }
   const std::string& bytes() const { return bytes_; }
 

@@ -1,6 +1,6 @@
 #include "kernels/cuda/bias_activation.h"
-#include "kernels/cuda/elementwise_math.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/elementwise_ops.h"
 
 namespace tandem::kernels::cuda::detail {
 namespace {
@@ -14,12 +14,12 @@ struct Identity {
 
 // The activation with the standalone op's formula, so that a fused layer
 // and the layer followed by the op agree.
-template <ElementwiseOp kOp>
-struct Elementwise {
-  double alpha;  // Leaky ReLU's slope; unused by the others.
+template <class Op>
+struct Activate {
+  Op f;
   template <class T>
   __device__ T operator()(T x) const {
-    return apply(kOp, x, x, alpha, 0.0);
+    return f(x);
   }
 };
 
@@ -36,32 +36,24 @@ __global__ void bias_activation(T* y, const T* bias, int64_t count, int64_t inne
 
 template <class T>
 void launch_bias_activation(T* y, const T* bias, int64_t count, int64_t inner, int64_t channels,
-                            Activation activation, double alpha, cudaStream_t stream) {
+                            const ElementwiseInfo* activation, double alpha, cudaStream_t stream) {
   if (count == 0) return;
   auto launch = [&](auto f) {
     bias_activation<<<blocks_for(count), kThreadsPerBlock, 0, stream>>>(y, bias, count, inner,
                                                                         channels, f);
     TANDEM_CUDA_CHECK_LAUNCH();
   };
-  switch (activation) {
-    case Activation::kNone:
-      return launch(Identity{});
-    case Activation::kRelu:
-      return launch(Elementwise<ElementwiseOp::kRelu>{alpha});
-    case Activation::kGelu:
-      return launch(Elementwise<ElementwiseOp::kGelu>{alpha});
-    case Activation::kSigmoid:
-      return launch(Elementwise<ElementwiseOp::kSigmoid>{alpha});
-    case Activation::kTanh:
-      return launch(Elementwise<ElementwiseOp::kTanh>{alpha});
-    case Activation::kLeakyRelu:
-      return launch(Elementwise<ElementwiseOp::kLeakyRelu>{alpha});
-  }
+  if (activation == nullptr) return launch(Identity{});
+  elementwise::UnaryOps::visit(activation->code, [&]<class Op>() {
+    if constexpr (Op::kPostOp.algorithm != PostOpAlgorithm::kNone) {
+      launch(Activate<Op>{make_formula<Op>(alpha, 0)});
+    }
+  });
 }
 
 template void launch_bias_activation<float>(float*, const float*, int64_t, int64_t, int64_t,
-                                            Activation, double, cudaStream_t);
+                                            const ElementwiseInfo*, double, cudaStream_t);
 template void launch_bias_activation<double>(double*, const double*, int64_t, int64_t, int64_t,
-                                             Activation, double, cudaStream_t);
+                                             const ElementwiseInfo*, double, cudaStream_t);
 
 }  // namespace tandem::kernels::cuda::detail

@@ -16,6 +16,7 @@
 
 #include "core/tensor.h"
 #include "kernels/attrs.h"
+#include "kernels/elementwise_formula.h"
 
 namespace tandem::kernels::cuda {
 
@@ -27,16 +28,12 @@ void add_bias_and_activate(const Tensor& y, const Tensor& bias, int64_t inner, c
 
 namespace detail {
 
-// onednn::Activation, for device code: nvcc's front end fails on oneDNN's
-// header, so bias_activation.cc converts (a switch without a default, which
-// the compiler checks for completeness).
-enum class Activation { kNone, kRelu, kGelu, kSigmoid, kTanh, kLeakyRelu };
-
 // The device pass behind add_bias_and_activate (bias_activation.cu), for T
-// float or double; `alpha` is leaky ReLU's slope.
+// float or double: the activation is the unary op with code `activation`
+// (kernels/elementwise_ops.h), or none if null, with parameter `alpha`.
 template <class T>
 void launch_bias_activation(T* y, const T* bias, int64_t count, int64_t inner, int64_t channels,
-                            Activation activation, double alpha, cudaStream_t stream);
+                            const ElementwiseInfo* activation, double alpha, cudaStream_t stream);
 
 }  // namespace detail
 }  // namespace tandem::kernels::cuda

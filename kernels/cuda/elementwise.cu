@@ -3,14 +3,16 @@
 // and where (elementwise_unary.cc), and fused_elementwise, interpreted per
 // element from the program the CPU kernel runs (kernels/fused_program.h).
 // Each thread computes whole elements in registers;
-// the values are those of the CPU functors (elementwise_math.cuh).
+// the values are those of the CPU kernels: both compute the formulas of
+// kernels/elementwise_ops.h.
 #include <memory>
 #include <string>
 #include <type_traits>
 
 #include "kernels/cpu/dtype_visit.h"
-#include "kernels/cuda/elementwise_math.cuh"
+#include "kernels/cuda/comparison.cuh"
 #include "kernels/cuda/families.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/fused_program.h"
 
 namespace tandem::kernels {
@@ -47,11 +49,12 @@ void broadcast_binary(const KernelContext& c, F f) {
                                           static_cast<Out*>(out.raw_data()), ix, f});
 }
 
-template <ElementwiseOp kOp>
+// Integer division by zero gives 0 here, where the CPU fails the op.
+template <class Formula>
 struct Arithmetic {
   template <class T>
   __device__ T operator()(T x, T y) const {
-    return apply(kOp, x, y, 0.0, 0.0);
+    return Formula{}(x, y);
   }
 };
 
@@ -63,10 +66,10 @@ struct Compare {
   }
 };
 
-template <ElementwiseOp kOp>
+template <class Formula>
 void arithmetic_kernel(const KernelContext& c) {
   visit_numeric(c.inputs[0].dtype(),
-                [&]<class T>() { broadcast_binary<T, T>(c, Arithmetic<kOp>{}); });
+                [&]<class T>() { broadcast_binary<T, T>(c, Arithmetic<Formula>{}); });
 }
 
 template <Comparison kCmp>
@@ -74,37 +77,31 @@ void comparison_kernel(const KernelContext& c) {
   visit_all(c.inputs[0].dtype(), [&]<class T>() { broadcast_binary<T, bool>(c, Compare<kCmp>{}); });
 }
 
-// Unary ops: out[i] = op(in[i]) with the op's parameters.
+// Unary ops: out[i] = f(in[i]) with f the op's formula and parameters.
 
-template <class T, ElementwiseOp kOp>
+template <class Op, class In, class Out>
 struct UnaryMap {
-  const T* in;
-  T* out;
-  double p0, p1;
-  __device__ void operator()(int64_t i) const { out[i] = apply(kOp, in[i], in[i], p0, p1); }
+  const In* in;
+  Out* out;
+  Op f;
+  __device__ void operator()(int64_t i) const { out[i] = f(in[i]); }
 };
 
-template <ElementwiseOp kOp>
+template <class Op>
 void unary_kernel(const KernelContext& c) {
-  double p0 = 0, p1 = 0;
-  if constexpr (kOp == ElementwiseOp::kLeakyRelu) p0 = c.attrs.get_float("alpha");
-  if constexpr (kOp == ElementwiseOp::kClip) {
-    p0 = c.attrs.get_float("min");
-    p1 = c.attrs.get_float("max");
-  }
+  const Op f = formula_from<Op>(c.attrs);
   auto launch = [&]<class T>() {
+    using Out = std::conditional_t<Op::kBoolResult, bool, device_t<T>>;
     for_each(stream_of(c), c.outputs[0].numel(),
-             UnaryMap<T, kOp>{c.inputs[0].data<T>(), c.outputs[0].data<T>(), p0, p1});
+             UnaryMap<Op, device_t<T>, Out>{device_data<T>(c.inputs[0]),
+                                            static_cast<Out*>(c.outputs[0].raw_data()), f});
   };
-  // The ops registered with infer_signed_numeric take float32, float64, int32
-  // and int64; the rest float32 and float64 (elementwise_unary.cc).
-  if constexpr (kOp < ElementwiseOp::kExp || kOp == ElementwiseOp::kClip) {
-    visit_numeric(c.inputs[0].dtype(), [&]<class T>() {
-      if constexpr (std::is_signed_v<T>) launch.template operator()<T>();
-    });
-  } else {
-    visit_floating(c.inputs[0].dtype(), launch);
-  }
+  visit_element_types<Op::kTypes>(c.inputs[0].dtype(), launch);
+}
+
+template <class... Ops>
+void register_unary_kernels(Registry& registry, ElementwiseOpList<Ops...>*) {
+  (registry.set_cuda_kernel(Ops::kName, unary_kernel<Ops>), ...);
 }
 
 template <class From, class To>
@@ -212,13 +209,30 @@ struct FusedMap {
     return inputs[n][(scalar_inputs >> n) & 1u ? 0 : i];
   }
 
+  // One instruction's op on its operands (y unused for a unary op).
+  static __device__ T run(const DeviceInstr& instr, T x, T y) {
+    T result = x;
+    elementwise::ElementwiseOps::visit(instr.op, [&]<class Op>() {
+      // The parser admits only ops that compute in floating point.
+      if constexpr (kFusable<Op>) {
+        const Op f = make_formula<Op>(instr.p0, instr.p1);
+        if constexpr (Op::kArity == 1) {
+          result = f(x);
+        } else {
+          result = f(x, y);
+        }
+      }
+    });
+    return result;
+  }
+
   __device__ void operator()(int64_t i) const {
     T registers[kMaxFusedInstrs];
     for (int k = 0; k < program.size; ++k) {
       const DeviceInstr& instr = program.instrs[k];
       T x = operand(registers, instr.operands[0], i);
       T y = instr.binary ? operand(registers, instr.operands[1], i) : x;
-      registers[k] = apply(instr.op, x, y, instr.p0, instr.p1);
+      registers[k] = run(instr, x, y);
     }
     out[i] = registers[program.size - 1];
   }
@@ -243,13 +257,14 @@ void fused_kernel(const KernelContext& c) {
 
 void register_elementwise_cuda_kernels(Registry& registry) {
   using cuda::Comparison;
-  registry.set_cuda_kernel("add", cuda::arithmetic_kernel<ElementwiseOp::kAdd>);
-  registry.set_cuda_kernel("sub", cuda::arithmetic_kernel<ElementwiseOp::kSub>);
-  registry.set_cuda_kernel("mul", cuda::arithmetic_kernel<ElementwiseOp::kMul>);
-  registry.set_cuda_kernel("div", cuda::arithmetic_kernel<ElementwiseOp::kDiv>);
-  registry.set_cuda_kernel("pow", cuda::arithmetic_kernel<ElementwiseOp::kPow>);
-  registry.set_cuda_kernel("maximum", cuda::arithmetic_kernel<ElementwiseOp::kMaximum>);
-  registry.set_cuda_kernel("minimum", cuda::arithmetic_kernel<ElementwiseOp::kMinimum>);
+  namespace e = elementwise;
+  registry.set_cuda_kernel(e::Add::kName, cuda::arithmetic_kernel<e::Add>);
+  registry.set_cuda_kernel(e::Sub::kName, cuda::arithmetic_kernel<e::Sub>);
+  registry.set_cuda_kernel(e::Mul::kName, cuda::arithmetic_kernel<e::Mul>);
+  registry.set_cuda_kernel(e::Div::kName, cuda::arithmetic_kernel<e::Div>);
+  registry.set_cuda_kernel(e::Pow::kName, cuda::arithmetic_kernel<e::Pow>);
+  registry.set_cuda_kernel(e::Maximum::kName, cuda::arithmetic_kernel<e::Maximum>);
+  registry.set_cuda_kernel(e::Minimum::kName, cuda::arithmetic_kernel<e::Minimum>);
   registry.set_cuda_kernel("eq", cuda::comparison_kernel<Comparison::kEq>);
   registry.set_cuda_kernel("ne", cuda::comparison_kernel<Comparison::kNe>);
   registry.set_cuda_kernel("lt", cuda::comparison_kernel<Comparison::kLt>);
@@ -257,21 +272,7 @@ void register_elementwise_cuda_kernels(Registry& registry) {
   registry.set_cuda_kernel("gt", cuda::comparison_kernel<Comparison::kGt>);
   registry.set_cuda_kernel("ge", cuda::comparison_kernel<Comparison::kGe>);
 
-  registry.set_cuda_kernel("neg", cuda::unary_kernel<ElementwiseOp::kNeg>);
-  registry.set_cuda_kernel("abs", cuda::unary_kernel<ElementwiseOp::kAbs>);
-  registry.set_cuda_kernel("sign", cuda::unary_kernel<ElementwiseOp::kSign>);
-  registry.set_cuda_kernel("square", cuda::unary_kernel<ElementwiseOp::kSquare>);
-  registry.set_cuda_kernel("relu", cuda::unary_kernel<ElementwiseOp::kRelu>);
-  registry.set_cuda_kernel("exp", cuda::unary_kernel<ElementwiseOp::kExp>);
-  registry.set_cuda_kernel("log", cuda::unary_kernel<ElementwiseOp::kLog>);
-  registry.set_cuda_kernel("sqrt", cuda::unary_kernel<ElementwiseOp::kSqrt>);
-  registry.set_cuda_kernel("rsqrt", cuda::unary_kernel<ElementwiseOp::kRsqrt>);
-  registry.set_cuda_kernel("tanh", cuda::unary_kernel<ElementwiseOp::kTanh>);
-  registry.set_cuda_kernel("sigmoid", cuda::unary_kernel<ElementwiseOp::kSigmoid>);
-  registry.set_cuda_kernel("erf", cuda::unary_kernel<ElementwiseOp::kErf>);
-  registry.set_cuda_kernel("gelu", cuda::unary_kernel<ElementwiseOp::kGelu>);
-  registry.set_cuda_kernel("leaky_relu", cuda::unary_kernel<ElementwiseOp::kLeakyRelu>);
-  registry.set_cuda_kernel("clip", cuda::unary_kernel<ElementwiseOp::kClip>);
+  cuda::register_unary_kernels(registry, static_cast<e::UnaryOps*>(nullptr));
   registry.set_cuda_kernel("cast", cuda::cast_kernel);
   registry.set_cuda_kernel("where", cuda::where_kernel);
 

@@ -9,8 +9,8 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
-#include "kernels/cpu/elementwise_math.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/integer_math.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
@@ -145,19 +145,19 @@ void comparison_kernel(const KernelContext& c) {
 struct Add {
   template <class T>
   auto operator()(T x, T y) const {
-    return math::add(x, y);
+    return elementwise::Add{}(x, y);
   }
 };
 struct Sub {
   template <class T>
   auto operator()(T x, T y) const {
-    return math::sub(x, y);
+    return elementwise::Sub{}(x, y);
   }
 };
 struct Mul {
   template <class T>
   auto operator()(T x, T y) const {
-    return math::mul(x, y);
+    return elementwise::Mul{}(x, y);
   }
 };
 // Integer division by zero fails the op (Note [Integer arithmetic]). The
@@ -179,7 +179,7 @@ struct Div {
         integer_division_by_zero(x);
       return integer::div(x, y);
     } else {
-      return math::div(x, y);
+      return elementwise::Div{}(x, y);
     }
   }
 };
@@ -192,20 +192,20 @@ struct Pow {
         zero_to_negative_power(y);
       return integer::pow(x, y);
     } else {
-      return math::pow(x, y);
+      return elementwise::Pow{}(x, y);
     }
   }
 };
 struct Maximum {
   template <class T>
   T operator()(T x, T y) const {
-    return math::maximum(x, y);
+    return elementwise::Maximum{}(x, y);
   }
 };
 struct Minimum {
   template <class T>
   T operator()(T x, T y) const {
-    return math::minimum(x, y);
+    return elementwise::Minimum{}(x, y);
   }
 };
 struct Eq {
@@ -297,13 +297,18 @@ std::vector<Tensor> select_gradient(const GradContext& c) {
 constexpr char kGe[] = "ge";
 constexpr char kLe[] = "le";
 
-OpDef arithmetic(std::string name, KernelFn kernel, GradientFn gradient, std::string doc) {
-  return {.name = std::move(name),
-          .num_inputs = 2,
-          .infer = infer_arithmetic,
-          .cpu = kernel,
-          .gradient = gradient,
-          .doc = std::move(doc)};
+// Formula is the op's struct in kernels/elementwise_ops.h.
+template <class Formula>
+OpDef arithmetic(KernelFn kernel, GradientFn gradient, std::string doc) {
+  static constexpr auto kInfos = elementwise::ElementwiseOps::infos();
+  return {
+      .name = std::string(Formula::kName),
+      .num_inputs = 2,
+      .infer = infer_arithmetic,
+      .cpu = kernel,
+      .gradient = gradient,
+      .doc = std::move(doc),
+      .elementwise = &kInfos[static_cast<size_t>(elementwise::ElementwiseOps::code_of<Formula>())]};
 }
 
 OpDef comparison(std::string name, KernelFn kernel, std::string doc) {
@@ -318,16 +323,17 @@ OpDef comparison(std::string name, KernelFn kernel, std::string doc) {
 }  // namespace
 
 void register_elementwise_binary_ops(Registry& registry) {
-  registry.add(arithmetic("add", arithmetic_kernel<Add>, add_gradient, "a + b"));
-  registry.add(arithmetic("sub", arithmetic_kernel<Sub>, sub_gradient, "a - b"));
-  registry.add(arithmetic("mul", arithmetic_kernel<Mul>, mul_gradient, "a * b"));
-  registry.add(arithmetic("div", arithmetic_kernel<Div>, div_gradient,
-                          "a / b (integers: truncated; division by zero is an error)"));
-  registry.add(arithmetic("pow", arithmetic_kernel<Pow>, pow_gradient, "a ** b"));
-  registry.add(arithmetic("maximum", arithmetic_kernel<Maximum>, select_gradient<kGe>,
-                          "the larger of a and b (NaN if either is NaN)"));
-  registry.add(arithmetic("minimum", arithmetic_kernel<Minimum>, select_gradient<kLe>,
-                          "the smaller of a and b (NaN if either is NaN)"));
+  registry.add(arithmetic<elementwise::Add>(arithmetic_kernel<Add>, add_gradient, "a + b"));
+  registry.add(arithmetic<elementwise::Sub>(arithmetic_kernel<Sub>, sub_gradient, "a - b"));
+  registry.add(arithmetic<elementwise::Mul>(arithmetic_kernel<Mul>, mul_gradient, "a * b"));
+  registry.add(
+      arithmetic<elementwise::Div>(arithmetic_kernel<Div>, div_gradient,
+                                   "a / b (integers: truncated; division by zero is an error)"));
+  registry.add(arithmetic<elementwise::Pow>(arithmetic_kernel<Pow>, pow_gradient, "a ** b"));
+  registry.add(arithmetic<elementwise::Maximum>(arithmetic_kernel<Maximum>, select_gradient<kGe>,
+                                                "the larger of a and b (NaN if either is NaN)"));
+  registry.add(arithmetic<elementwise::Minimum>(arithmetic_kernel<Minimum>, select_gradient<kLe>,
+                                                "the smaller of a and b (NaN if either is NaN)"));
   registry.add(comparison("eq", comparison_kernel<Eq>, "a == b"));
   registry.add(comparison("ne", comparison_kernel<Ne>, "a != b"));
   registry.add(comparison("lt", comparison_kernel<Lt>, "a < b"));

@@ -1,53 +1,211 @@
-// Elementwise unary ops: neg, abs, sign, square, exp, log, sqrt, rsqrt, tanh,
-// sigmoid, erf, relu, leaky_relu, gelu (exact, erf-based), clip; plus cast
-// (any dtype to any dtype) and where (a ternary select with broadcasting).
+// The unary elementwise ops of kernels/elementwise_ops.h (neg, abs, exp,
+// sin, relu, gelu, isnan, ...; that file is their list), registered from
+// their declarations; plus cast (any dtype to any dtype) and where (a
+// ternary select with broadcasting).
 //
-// Element types: the transcendental ops take float32 and float64 only; neg,
-// abs, sign, square, relu and clip also take int32 and int64; where selects
-// between operands of any dtype. Outputs keep the input's dtype (cast aside).
-// cast converts each element by Note [Cast semantics] in kernels/element_cast.h:
-// on the CPU a NaN, infinite or out-of-range value cast to an integer dtype
-// fails the op; on a GPU it saturates (NaN gives 0).
-#include <cmath>
+// Element types: by each op's ElementTypes; outputs keep the input's dtype
+// unless the op's result is bool. cast converts each element by Note [Cast
+// semantics] in kernels/element_cast.h: on the CPU a NaN, infinite or
+// out-of-range value cast to an integer dtype fails the op; on a GPU it
+// saturates (NaN gives 0).
 #include <limits>
-#include <numbers>
+#include <string>
 #include <type_traits>
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
-#include "kernels/cpu/elementwise_math.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/element_cast.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
 
 namespace tandem::kernels {
+
 namespace {
 
-// Inference.
+// An expression of the gradient builder below: a tensor, with the
+// arithmetic operators as ops. A double beside an expression becomes a
+// scalar of its dtype.
+struct GradExpr {
+  Tensor t;
+};
 
-TensorMetas infer_floating(absl::Span<const TensorMeta> in, const Attrs&) {
-  check_floating("input", in[0].dtype);
-  return {in[0]};
+}  // namespace
+
+template <class Op, class E, class... Params>
+E apply_op(const E& e, Params... params) {
+  static_assert(sizeof...(Params) == Op::kParams.size(), "give every parameter of the op");
+  Attrs attrs;
+  size_t k = 0;
+  (attrs.set(std::string(Op::kParams[k++].name), static_cast<double>(params)), ...);
+  return E{op(Op::kName, {e.t}, attrs)};
 }
 
-bool is_signed_numeric(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kInt32 ||
-         dtype == DType::kInt64;
+namespace {
+
+Tensor scalar_like(double value, const Tensor& t) { return scalar_tensor(value, t.dtype()); }
+
+GradExpr binary(std::string_view name, const GradExpr& a, const GradExpr& b) {
+  return {op(name, {a.t, b.t})};
+}
+GradExpr binary(std::string_view name, const GradExpr& a, double b) {
+  return {op(name, {a.t, scalar_like(b, a.t)})};
+}
+GradExpr binary(std::string_view name, double a, const GradExpr& b) {
+  return {op(name, {scalar_like(a, b.t), b.t})};
 }
 
-TensorMetas infer_signed_numeric(absl::Span<const TensorMeta> in, const Attrs&) {
-  TANDEM_CHECK(is_signed_numeric(in[0].dtype),
-               "input must be float32, float64, int32 or int64, got ", dtype_name(in[0].dtype));
-  return {in[0]};
+template <class A, class B>
+constexpr bool kHasGradExpr = std::is_same_v<A, GradExpr> || std::is_same_v<B, GradExpr>;
+
+template <class A, class B>
+requires kHasGradExpr<A, B> GradExpr operator+(const A& a, const B& b) {
+  return binary(elementwise::Add::kName, a, b);
+}
+template <class A, class B>
+requires kHasGradExpr<A, B> GradExpr operator-(const A& a, const B& b) {
+  return binary(elementwise::Sub::kName, a, b);
+}
+template <class A, class B>
+requires kHasGradExpr<A, B> GradExpr operator*(const A& a, const B& b) {
+  return binary(elementwise::Mul::kName, a, b);
+}
+template <class A, class B>
+requires kHasGradExpr<A, B> GradExpr operator/(const A& a, const B& b) {
+  return binary(elementwise::Div::kName, a, b);
+}
+GradExpr operator-(const GradExpr& a) { return apply_op<elementwise::Neg>(a); }
+
+// What an op's gradient template sees (Note in kernels/elementwise_formula.h).
+template <class Op>
+struct GradientBuilder {
+  GradExpr x, y, g;  // Input, output, the output's gradient.
+  const Attrs& attrs;
+
+  double param(int k) const {
+    return attrs.get_float(std::string(Op::kParams[static_cast<size_t>(k)].name));
+  }
+  bool floating() const { return is_floating_point(x.t.dtype()); }
+  GradExpr none() const { return {}; }
+  // A bool condition as 1 and 0 of the gradient's dtype.
+  GradExpr mask(const GradExpr& cond) const {
+    return {op("cast", {cond.t}, {{"dtype", g.t.dtype()}})};
+  }
+  GradExpr gt(const GradExpr& a, double b) const { return binary("gt", a, b); }
+  GradExpr ge(const GradExpr& a, double b) const { return binary("ge", a, b); }
+  GradExpr lt(const GradExpr& a, double b) const { return binary("lt", a, b); }
+  GradExpr le(const GradExpr& a, double b) const { return binary("le", a, b); }
+  // cond ? a : b, where a double is a scalar of the gradient's dtype.
+  template <class A, class B>
+  GradExpr where(const GradExpr& cond, const A& a, const B& b) const {
+    return {op("where", {cond.t, tensor_of(a), tensor_of(b)})};
+  }
+
+ private:
+  Tensor tensor_of(const GradExpr& e) const { return e.t; }
+  Tensor tensor_of(double v) const { return scalar_like(v, g.t); }
+};
+
+template <class Op>
+std::vector<Tensor> unary_gradient(const GradContext& c) {
+  GradientBuilder<Op> builder{{c.inputs[0]}, {c.outputs[0]}, {c.grad_outputs[0]}, c.attrs};
+  return {Op::gradient(builder).t};
 }
 
-TensorMetas infer_clip(absl::Span<const TensorMeta> in, const Attrs& attrs) {
-  double lo = attrs.get_float("min"), hi = attrs.get_float("max");
-  TANDEM_CHECK(lo <= hi, "min must not exceed max, got min=", lo, " and max=", hi);
-  return infer_signed_numeric(in, attrs);
+// Inference: the op's element types, and its parameters' constraints.
+
+bool takes(ElementTypes types, DType dtype) {
+  switch (types) {
+    case ElementTypes::kFloating:
+      return dtype == DType::kFloat32 || dtype == DType::kFloat64;
+    case ElementTypes::kSignedNumeric:
+      return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kInt32 ||
+             dtype == DType::kInt64;
+    case ElementTypes::kIntegerOrBool:
+      return dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kUInt8 ||
+             dtype == DType::kBool;
+    case ElementTypes::kAll:
+      return true;
+  }
+  return false;
 }
+
+const char* types_text(ElementTypes types) {
+  switch (types) {
+    case ElementTypes::kFloating:
+      return "float32 or float64";
+    case ElementTypes::kSignedNumeric:
+      return "float32, float64, int32 or int64";
+    case ElementTypes::kIntegerOrBool:
+      return "int32, int64, uint8 or bool";
+    case ElementTypes::kAll:
+      return "any dtype";
+  }
+  return "";
+}
+
+template <class Op>
+TensorMetas infer_unary(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  TANDEM_CHECK(takes(Op::kTypes, in[0].dtype), "input must be ", types_text(Op::kTypes), ", got ",
+               dtype_name(in[0].dtype));
+  if constexpr (Op::kOrderedParams) {
+    const std::string lo(Op::kParams[0].name), hi(Op::kParams[1].name);
+    TANDEM_CHECK(attrs.get_float(lo) <= attrs.get_float(hi), lo, " must not exceed ", hi, ", got ",
+                 lo, "=", attrs.get_float(lo), " and ", hi, "=", attrs.get_float(hi));
+  }
+  return {{in[0].shape, Op::kBoolResult ? DType::kBool : in[0].dtype}};
+}
+
+// The kernel: out[i] = f(in[i]) with f the op's formula and parameters.
+// Outputs are fresh buffers (dispatch allocates them), so nothing aliases.
+template <class Op, class T, class Out>
+void map_range(const Op& f, const T* __restrict in, Out* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f(in[i]);
+}
+
+template <class Op, class T>
+void map_elements(const KernelContext& c) {
+  using Out = std::conditional_t<Op::kBoolResult, bool, T>;
+  const Op f = formula_from<Op>(c.attrs);
+  const T* in = c.inputs[0].data<T>();
+  Out* out = c.outputs[0].data<Out>();
+  // Formulas that call libm split over the cores at fewer elements.
+  const int64_t grain = Op::kCostly ? kCostlyGrain : kCheapGrain;
+  parallel_for(c.outputs[0].numel(), grain, [&](int64_t begin, int64_t end) {
+    map_range(f, in + begin, out + begin, end - begin);
+  });
+}
+
+template <class Op>
+void unary_kernel(const KernelContext& c) {
+  visit_element_types<Op::kTypes>(c.inputs[0].dtype(), [&]<class T>() { map_elements<Op, T>(c); });
+}
+
+template <class Op>
+OpDef unary_op_def() {
+  static constexpr auto kInfos = elementwise::ElementwiseOps::infos();
+  OpDef def{
+      .name = std::string(Op::kName),
+      .infer = infer_unary<Op>,
+      .cpu = unary_kernel<Op>,
+      .differentiable = Op::kDifferentiable,
+      .doc = std::string(Op::kDoc),
+      .elementwise = &kInfos[static_cast<size_t>(elementwise::ElementwiseOps::code_of<Op>())]};
+  for (const FormulaParam& param : Op::kParams) {
+    def.attrs.push_back({.name = std::string(param.name), .default_value = param.default_value});
+  }
+  if constexpr (Op::kDifferentiable) def.gradient = unary_gradient<Op>;
+  return def;
+}
+
+template <class... Ops>
+void register_unary_ops(Registry& registry, ElementwiseOpList<Ops...>*) {
+  (registry.add(unary_op_def<Ops>()), ...);
+}
+
+// cast and where.
 
 TensorMetas infer_cast(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   return {{in[0].shape, attrs.get_dtype("dtype")}};
@@ -62,163 +220,6 @@ TensorMetas infer_where(absl::Span<const TensorMeta> in, const Attrs&) {
   Shape shape = broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape), in[2].shape);
   return {{shape, in[1].dtype}};
 }
-
-// Kernels. A functor is built from the op's attributes once per call and
-// applied to every element: out[i] = f(in[i]). Functors that call libm
-// declare a smaller grain (kCostlyGrain), so that they split over the cores
-// at fewer elements.
-struct NoAttrs {
-  explicit NoAttrs(const Attrs&) {}
-};
-struct CostlyNoAttrs : NoAttrs {
-  using NoAttrs::NoAttrs;
-  static constexpr int64_t kGrain = kCostlyGrain;
-};
-
-// Outputs are fresh buffers (dispatch allocates them), so nothing aliases.
-template <class F, class T>
-void map_range(F f, const T* __restrict in, T* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = f(in[i]);
-}
-
-template <class F, class T>
-void map_elements(const KernelContext& c) {
-  F f(c.attrs);
-  const T* in = c.inputs[0].data<T>();
-  T* out = c.outputs[0].data<T>();
-  parallel_for(c.outputs[0].numel(), grain_for<F>(), [&](int64_t begin, int64_t end) {
-    map_range(f, in + begin, out + begin, end - begin);
-  });
-}
-
-template <class F>
-void floating_kernel(const KernelContext& c) {
-  visit_floating(c.inputs[0].dtype(), [&]<class T>() { map_elements<F, T>(c); });
-}
-
-// float32, float64, int32, int64 (inference rejects uint8 before we get here).
-template <class F>
-void signed_numeric_kernel(const KernelContext& c) {
-  visit_numeric(c.inputs[0].dtype(), [&]<class T>() {
-    if constexpr (std::is_signed_v<T>) map_elements<F, T>(c);
-  });
-}
-
-struct Neg : NoAttrs {
-  using NoAttrs::NoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::neg(x);
-  }
-};
-struct Abs : NoAttrs {
-  using NoAttrs::NoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::abs(x);
-  }
-};
-struct Sign : NoAttrs {
-  using NoAttrs::NoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::sign(x);
-  }
-};
-struct Square : NoAttrs {
-  using NoAttrs::NoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::square(x);
-  }
-};
-struct Relu : NoAttrs {
-  using NoAttrs::NoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::relu(x);
-  }
-};
-struct Exp : CostlyNoAttrs {
-  using CostlyNoAttrs::CostlyNoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::exp(x);
-  }
-};
-struct Log : CostlyNoAttrs {
-  using CostlyNoAttrs::CostlyNoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::log(x);
-  }
-};
-struct Sqrt : NoAttrs {
-  using NoAttrs::NoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::sqrt(x);
-  }
-};
-struct Rsqrt : NoAttrs {
-  using NoAttrs::NoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::rsqrt(x);
-  }
-};
-struct Tanh : CostlyNoAttrs {
-  using CostlyNoAttrs::CostlyNoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::tanh(x);
-  }
-};
-struct Sigmoid : CostlyNoAttrs {
-  using CostlyNoAttrs::CostlyNoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::sigmoid(x);
-  }
-};
-struct Erf : CostlyNoAttrs {
-  using CostlyNoAttrs::CostlyNoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::erf(x);
-  }
-};
-struct Gelu : CostlyNoAttrs {
-  using CostlyNoAttrs::CostlyNoAttrs;
-  template <class T>
-  T operator()(T x) const {
-    return math::gelu(x);
-  }
-};
-struct LeakyRelu {
-  double alpha;
-  explicit LeakyRelu(const Attrs& attrs) : alpha(attrs.get_float("alpha")) {}
-  template <class T>
-  T operator()(T x) const {
-    return math::leaky_relu(x, alpha);
-  }
-};
-// Bounds compare in double; for integer elements they round inward (ceil of
-// min, floor of max) and saturate, so that every result is representable.
-struct Clip {
-  double lo, hi;
-  explicit Clip(const Attrs& attrs) : lo(attrs.get_float("min")), hi(attrs.get_float("max")) {}
-  template <class T>
-  T operator()(T x) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      return math::clip(x, lo, hi);
-    } else {
-      if (static_cast<double>(x) < lo) return convert<T>(std::ceil(lo));
-      if (static_cast<double>(x) > hi) return convert<T>(std::floor(hi));
-      return x;
-    }
-  }
-};
 
 // A floating value with no integer to go to fails the op, naming the
 // element, its value and the dtype (Note [Cast semantics]).
@@ -289,108 +290,6 @@ void where_kernel(const KernelContext& c) {
   });
 }
 
-// Gradients, written with ops. `x` is the input, `y` the output.
-
-Tensor scalar_like(double value, const Tensor& t) { return scalar_tensor(value, t.dtype()); }
-
-std::vector<Tensor> neg_gradient(const GradContext& c) { return {op("neg", {c.grad_outputs[0]})}; }
-
-std::vector<Tensor> abs_gradient(const GradContext& c) {
-  return {op("mul", {c.grad_outputs[0], op("sign", {c.inputs[0]})})};
-}
-
-// sign is piecewise constant: its gradient is zero (not "undefined"), so a
-// chain through it yields zeros rather than stopping.
-std::vector<Tensor> sign_gradient(const GradContext& c) {
-  const Tensor& g = c.grad_outputs[0];
-  return {op("mul", {g, scalar_like(0, g)})};
-}
-
-std::vector<Tensor> square_gradient(const GradContext& c) {
-  const Tensor& x = c.inputs[0];
-  return {op("mul", {c.grad_outputs[0], op("mul", {x, scalar_like(2, x)})})};
-}
-
-std::vector<Tensor> exp_gradient(const GradContext& c) {
-  return {op("mul", {c.grad_outputs[0], c.outputs[0]})};
-}
-
-std::vector<Tensor> log_gradient(const GradContext& c) {
-  return {op("div", {c.grad_outputs[0], c.inputs[0]})};
-}
-
-// d sqrt(x) = 1 / (2 sqrt(x)).
-std::vector<Tensor> sqrt_gradient(const GradContext& c) {
-  const Tensor& y = c.outputs[0];
-  return {op("div", {c.grad_outputs[0], op("mul", {y, scalar_like(2, y)})})};
-}
-
-// d x^(-1/2) = -1/2 x^(-3/2) = -1/2 y^3.
-std::vector<Tensor> rsqrt_gradient(const GradContext& c) {
-  const Tensor& y = c.outputs[0];
-  Tensor y_cubed = op("mul", {y, op("square", {y})});
-  return {op("mul", {c.grad_outputs[0], op("mul", {y_cubed, scalar_like(-0.5, y)})})};
-}
-
-// d tanh(x) = 1 - y^2.
-std::vector<Tensor> tanh_gradient(const GradContext& c) {
-  const Tensor& y = c.outputs[0];
-  Tensor slope = op("sub", {scalar_like(1, y), op("square", {y})});
-  return {op("mul", {c.grad_outputs[0], slope})};
-}
-
-// d sigmoid(x) = y (1 - y).
-std::vector<Tensor> sigmoid_gradient(const GradContext& c) {
-  const Tensor& y = c.outputs[0];
-  Tensor slope = op("mul", {y, op("sub", {scalar_like(1, y), y})});
-  return {op("mul", {c.grad_outputs[0], slope})};
-}
-
-// d erf(x) = 2/sqrt(pi) exp(-x^2).
-std::vector<Tensor> erf_gradient(const GradContext& c) {
-  const Tensor& x = c.inputs[0];
-  Tensor density = op("exp", {op("neg", {op("square", {x})})});
-  Tensor slope = op("mul", {density, scalar_like(std::numbers::inv_sqrtpi * 2, x)});
-  return {op("mul", {c.grad_outputs[0], slope})};
-}
-
-// d relu(x) = 1 where x > 0, else 0 (0 at x = 0, as in PyTorch).
-std::vector<Tensor> relu_gradient(const GradContext& c) {
-  const Tensor& g = c.grad_outputs[0];
-  Tensor positive = op("gt", {c.inputs[0], scalar_like(0, c.inputs[0])});
-  return {op("mul", {g, op("cast", {positive}, {{"dtype", g.dtype()}})})};
-}
-
-std::vector<Tensor> leaky_relu_gradient(const GradContext& c) {
-  const Tensor& g = c.grad_outputs[0];
-  Tensor non_negative = op("ge", {c.inputs[0], scalar_like(0, c.inputs[0])});
-  Tensor scaled = op("mul", {g, scalar_like(c.attrs.get_float("alpha"), g)});
-  return {op("where", {non_negative, g, scaled})};
-}
-
-// d x Phi(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi).
-std::vector<Tensor> gelu_gradient(const GradContext& c) {
-  const Tensor& x = c.inputs[0];
-  auto times = [&](const Tensor& t, double k) { return op("mul", {t, scalar_like(k, x)}); };
-  Tensor erf = op("erf", {times(x, std::numbers::sqrt2 / 2)});
-  Tensor cdf = times(op("add", {erf, scalar_like(1, x)}), 0.5);
-  Tensor density = times(op("exp", {times(op("square", {x}), -0.5)}),
-                         std::numbers::inv_sqrtpi / std::numbers::sqrt2);
-  Tensor slope = op("add", {cdf, op("mul", {x, density})});
-  return {op("mul", {c.grad_outputs[0], slope})};
-}
-
-// The gradient passes where min <= x <= max (at the bounds too, as in PyTorch).
-std::vector<Tensor> clip_gradient(const GradContext& c) {
-  const Tensor& g = c.grad_outputs[0];
-  const Tensor& x = c.inputs[0];
-  if (!is_floating_point(x.dtype())) return {Tensor()};
-  Tensor above_min = op("ge", {x, scalar_like(c.attrs.get_float("min"), x)});
-  Tensor below_max = op("le", {x, scalar_like(c.attrs.get_float("max"), x)});
-  Tensor zero = scalar_like(0, g);
-  return {op("where", {above_min, op("where", {below_max, g, zero}), zero})};
-}
-
 // Between floating dtypes the gradient casts back; anything else (to or from
 // an integer or bool) has no gradient.
 std::vector<Tensor> cast_gradient(const GradContext& c) {
@@ -407,50 +306,10 @@ std::vector<Tensor> where_gradient(const GradContext& c) {
           sum_to(op("where", {cond, zero, g}), c.inputs[2].shape())};
 }
 
-OpDef unary(std::string name, InferFn infer, KernelFn kernel, GradientFn gradient,
-            std::string doc) {
-  return {.name = std::move(name),
-          .attrs = {},
-          .infer = infer,
-          .cpu = kernel,
-          .gradient = gradient,
-          .doc = std::move(doc)};
-}
-
 }  // namespace
 
 void register_elementwise_unary_ops(Registry& registry) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  registry.add(unary("neg", infer_signed_numeric, signed_numeric_kernel<Neg>, neg_gradient, "-x"));
-  registry.add(unary("abs", infer_signed_numeric, signed_numeric_kernel<Abs>, abs_gradient, "|x|"));
-  registry.add(unary("sign", infer_signed_numeric, signed_numeric_kernel<Sign>, sign_gradient,
-                     "-1, 0 or 1 by the sign of x (gradient zero)"));
-  registry.add(unary("square", infer_signed_numeric, signed_numeric_kernel<Square>, square_gradient,
-                     "x * x"));
-  registry.add(
-      unary("relu", infer_signed_numeric, signed_numeric_kernel<Relu>, relu_gradient, "max(x, 0)"));
-  registry.add(unary("exp", infer_floating, floating_kernel<Exp>, exp_gradient, "e^x"));
-  registry.add(unary("log", infer_floating, floating_kernel<Log>, log_gradient, "natural log"));
-  registry.add(unary("sqrt", infer_floating, floating_kernel<Sqrt>, sqrt_gradient, "x^(1/2)"));
-  registry.add(unary("rsqrt", infer_floating, floating_kernel<Rsqrt>, rsqrt_gradient, "x^(-1/2)"));
-  registry.add(unary("tanh", infer_floating, floating_kernel<Tanh>, tanh_gradient, "tanh(x)"));
-  registry.add(unary("sigmoid", infer_floating, floating_kernel<Sigmoid>, sigmoid_gradient,
-                     "1 / (1 + e^-x)"));
-  registry.add(
-      unary("erf", infer_floating, floating_kernel<Erf>, erf_gradient, "the error function"));
-  registry.add(unary("gelu", infer_floating, floating_kernel<Gelu>, gelu_gradient,
-                     "x * Phi(x), the exact (erf) form"));
-
-  OpDef leaky_relu = unary("leaky_relu", infer_floating, floating_kernel<LeakyRelu>,
-                           leaky_relu_gradient, "x if x >= 0 else alpha * x");
-  leaky_relu.attrs = {{.name = "alpha", .default_value = 0.01}};
-  registry.add(std::move(leaky_relu));
-
-  OpDef clip = unary("clip", infer_clip, signed_numeric_kernel<Clip>, clip_gradient,
-                     "x limited to [min, max]");
-  clip.attrs = {{.name = "min", .default_value = -kInf}, {.name = "max", .default_value = kInf}};
-  registry.add(std::move(clip));
-
+  register_unary_ops(registry, static_cast<elementwise::UnaryOps*>(nullptr));
   registry.add({.name = "cast",
                 .attrs = {{.name = "dtype", .default_value = DType::kFloat32, .required = true}},
                 .infer = infer_cast,

@@ -15,7 +15,7 @@
 // are written in the shortest form that reads back exactly (std::to_chars),
 // so one graph gives one text: deterministic, comparable by CSE, and a plain
 // string for the JSON format. Instructions compute exactly what the op of
-// the same name computes (kernels/cpu/elementwise_math.h). One parser,
+// the same name computes (its formula in kernels/elementwise_ops.h). One parser,
 // kernels/fused_program.h, reads the text for this CPU kernel and for the
 // CUDA kernel (kernels/cuda/elementwise.cu).
 //
@@ -29,8 +29,8 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
-#include "kernels/cpu/elementwise_math.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/fused_program.h"
 #include "kernels/ops/families.h"
 #include "kernels/registry.h"
@@ -73,33 +73,17 @@ void map2(const T* __restrict a, const T* __restrict b, T* __restrict out, int64
 
 template <class T>
 void run_instr(const FusedInstr& instr, const T* a, const T* b, T* out, int64_t n) {
-  const double p0 = instr.params[0], p1 = instr.params[1];
-  switch (instr.code) {
-    // clang-format off
-    case ElementwiseOp::kNeg: return map1(a, out, n, [](T x) { return math::neg(x); });
-    case ElementwiseOp::kAbs: return map1(a, out, n, [](T x) { return math::abs(x); });
-    case ElementwiseOp::kSign: return map1(a, out, n, [](T x) { return math::sign(x); });
-    case ElementwiseOp::kSquare: return map1(a, out, n, [](T x) { return math::square(x); });
-    case ElementwiseOp::kRelu: return map1(a, out, n, [](T x) { return math::relu(x); });
-    case ElementwiseOp::kExp: return map1(a, out, n, [](T x) { return math::exp(x); });
-    case ElementwiseOp::kLog: return map1(a, out, n, [](T x) { return math::log(x); });
-    case ElementwiseOp::kSqrt: return map1(a, out, n, [](T x) { return math::sqrt(x); });
-    case ElementwiseOp::kRsqrt: return map1(a, out, n, [](T x) { return math::rsqrt(x); });
-    case ElementwiseOp::kTanh: return map1(a, out, n, [](T x) { return math::tanh(x); });
-    case ElementwiseOp::kSigmoid: return map1(a, out, n, [](T x) { return math::sigmoid(x); });
-    case ElementwiseOp::kErf: return map1(a, out, n, [](T x) { return math::erf(x); });
-    case ElementwiseOp::kGelu: return map1(a, out, n, [](T x) { return math::gelu(x); });
-    case ElementwiseOp::kLeakyRelu: return map1(a, out, n, [p0](T x) { return math::leaky_relu(x, p0); });
-    case ElementwiseOp::kClip: return map1(a, out, n, [p0, p1](T x) { return math::clip(x, p0, p1); });
-    case ElementwiseOp::kAdd: return map2(a, b, out, n, [](T x, T y) { return math::add(x, y); });
-    case ElementwiseOp::kSub: return map2(a, b, out, n, [](T x, T y) { return math::sub(x, y); });
-    case ElementwiseOp::kMul: return map2(a, b, out, n, [](T x, T y) { return math::mul(x, y); });
-    case ElementwiseOp::kDiv: return map2(a, b, out, n, [](T x, T y) { return math::div(x, y); });
-    case ElementwiseOp::kPow: return map2(a, b, out, n, [](T x, T y) { return math::pow(x, y); });
-    case ElementwiseOp::kMaximum: return map2(a, b, out, n, [](T x, T y) { return math::maximum(x, y); });
-    case ElementwiseOp::kMinimum: return map2(a, b, out, n, [](T x, T y) { return math::minimum(x, y); });
-      // clang-format on
-  }
+  elementwise::ElementwiseOps::visit(instr.code, [&]<class Op>() {
+    // The parser admits only ops that compute in floating point.
+    if constexpr (kFusable<Op>) {
+      const Op f = make_formula<Op>(instr.params[0], instr.params[1]);
+      if constexpr (Op::kArity == 1) {
+        map1(a, out, n, f);
+      } else {
+        map2(a, b, out, n, f);
+      }
+    }
+  });
 }
 
 template <class T>

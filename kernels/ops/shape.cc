@@ -12,8 +12,8 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
-#include "kernels/cpu/elementwise_math.h"
 #include "kernels/element_cast.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -564,7 +564,7 @@ void index_add_kernel(const KernelContext& c) {
       for (int64_t j = 0; j < count; ++j) {
         T* to = dst + (o * dim + indices[j]) * inner;
         const T* from = src + (o * count + j) * inner;
-        for (int64_t i = 0; i < inner; ++i) to[i] = math::add(to[i], from[i]);
+        for (int64_t i = 0; i < inner; ++i) to[i] = elementwise::Add{}(to[i], from[i]);
       }
     }
   });

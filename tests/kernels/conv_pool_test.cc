@@ -274,7 +274,7 @@ TANDEM_OP_TEST_ROWS(conv_pool) {
   rows.back().tolerance = 1e-5;
   rows.back().check_gradient = false;
   // Fused activations: float64 runs the plain loops, float32 oneDNN's post-op.
-  for (const ActivationCase& a : kActivations) {
+  for (const ActivationCase& a : fused_activations()) {
     add_both(rows, activated(conv_row("stride_padding", {2, 2, 5, 4}, {2, 2, 3, 3},
                                       {.stride = {2, 1}, .padding = {1, 1}}),
                              a));

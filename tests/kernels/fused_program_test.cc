@@ -5,6 +5,8 @@
 
 #include "gtest/gtest.h"
 
+#include "kernels/elementwise_ops.h"
+
 namespace tandem::kernels {
 namespace {
 
@@ -13,16 +15,16 @@ namespace {
 TEST(FusedProgramTest, ParsesOpsOperandsAndParameters) {
   FusedProgram p = parse_fused_program("r0=exp(i1);r1=clip(r0,max=6,min=-1);r2=mul(r1,i0)", 2);
   ASSERT_EQ(p.instrs.size(), 3u);
-  EXPECT_EQ(p.instrs[0].code, ElementwiseOp::kExp);
+  EXPECT_EQ(p.instrs[0].code, elementwise::ElementwiseOps::code_of<elementwise::Exp>());
   EXPECT_EQ(p.instrs[0].arity, 1);
   EXPECT_TRUE(p.instrs[0].operands[0].is_input);
   EXPECT_EQ(p.instrs[0].operands[0].index, 1);
-  EXPECT_EQ(p.instrs[1].code, ElementwiseOp::kClip);
+  EXPECT_EQ(p.instrs[1].code, elementwise::ElementwiseOps::code_of<elementwise::Clip>());
   EXPECT_FALSE(p.instrs[1].operands[0].is_input);
   EXPECT_EQ(p.instrs[1].operands[0].index, 0);
   EXPECT_EQ(p.instrs[1].params[0], -1);
   EXPECT_EQ(p.instrs[1].params[1], 6);
-  EXPECT_EQ(p.instrs[2].code, ElementwiseOp::kMul);
+  EXPECT_EQ(p.instrs[2].code, elementwise::ElementwiseOps::code_of<elementwise::Mul>());
   EXPECT_EQ(p.instrs[2].arity, 2);
   EXPECT_EQ(p.instrs[2].operands[1].index, 0);
   EXPECT_TRUE(p.instrs[2].operands[1].is_input);

@@ -163,7 +163,7 @@ TANDEM_OP_TEST_ROWS(matmul) {
   add_both(rows, linear_row("few_rows", {3, 37}, 11));
   // Fused activations: float64 runs the plain loops, float32 oneDNN's post-op
   // (large) or the few-rows kernel followed by the activation's formula.
-  for (const ActivationCase& a : kActivations) {
+  for (const ActivationCase& a : fused_activations()) {
     add_both(rows, activated(linear_row("3d", {2, 2, 3}, 4), a));
     rows.push_back(activated(linear_row("large_f32", {32, 128}, 64), a));
     for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);

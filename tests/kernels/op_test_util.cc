@@ -6,6 +6,7 @@
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/dispatch.h"
+#include "kernels/elementwise_ops.h"
 
 namespace tandem::kernels::testing {
 
@@ -143,8 +144,22 @@ Tensor map2(const Tensor& a, const Tensor& b, const std::function<double(double,
   return result(std::move(out), shape, dtype);
 }
 
+std::vector<ActivationCase> fused_activations() {
+  std::vector<ActivationCase> cases;
+  for (const ElementwiseInfo& op : elementwise::UnaryOps::infos()) {
+    if (op.post_op.algorithm == PostOpAlgorithm::kNone) continue;
+    ActivationCase a{.name = std::string(op.name)};
+    if (op.num_params == 1) {
+      a.param = std::string(op.params[0].name);
+      a.alpha = op.params[0].default_value * 0.5 + 0.1;
+    }
+    cases.push_back(a);
+  }
+  return cases;
+}
+
 Attrs with_activation(Attrs attrs, const ActivationCase& a) {
-  attrs.set("activation", std::string(a.name));
+  attrs.set("activation", a.name);
   attrs.set("alpha", a.alpha);
   return attrs;
 }
@@ -155,7 +170,7 @@ OpTestCase activated(OpTestCase row, const ActivationCase& a) {
   row.check_gradient = false;
   auto unfused = row.reference;
   Attrs op_attrs;
-  if (std::string(a.name) == "leaky_relu") op_attrs.set("alpha", a.alpha);
+  if (!a.param.empty()) op_attrs.set(a.param, a.alpha);
   row.reference = [unfused, a, op_attrs](const Inputs& in) {
     return std::vector{call1(a.name, {unfused(in)[0]}, op_attrs)};
   };

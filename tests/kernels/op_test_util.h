@@ -118,14 +118,16 @@ std::string error_of(Fn fn) {
   return "";
 }
 
-// The activations conv2d and linear can fuse (Note [Fused activation] in
-// kernels/cpu/onednn.h), with the attributes a layer takes for each.
+// An activation conv2d and linear can fuse (Note [Fused activation] in
+// kernels/cpu/onednn.h), with the "alpha" a layer takes for it.
 struct ActivationCase {
-  const char* name;
+  std::string name;
   double alpha = 0.01;
+  std::string param;  // The op's parameter that alpha sets; empty if none.
 };
-inline constexpr ActivationCase kActivations[] = {
-    {"relu"}, {"gelu"}, {"sigmoid"}, {"tanh"}, {"leaky_relu", 0.2}};
+// Every such activation: each elementwise op with a PostOp, those with a
+// parameter at a value other than its default.
+std::vector<ActivationCase> fused_activations();
 
 // `attrs` with the activation set.
 Attrs with_activation(Attrs attrs, const ActivationCase& a);

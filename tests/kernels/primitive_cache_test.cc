@@ -39,8 +39,10 @@ TEST(PrimitiveCacheTest, TellsOperationsApart) {
   int made = 0;
   auto plain = product(4, 6, 8, made);
   auto wider = product(4, 6, 9, made);
-  auto relu = product(4, 6, 8, made, {Activation::kRelu, 0});
-  auto leaky = product(4, 6, 8, made, {Activation::kLeakyRelu, 0.1});
+  auto relu = product(4, 6, 8, made,
+                      fused_activation({{"activation", std::string("relu")}, {"alpha", 0.0}}));
+  auto leaky = product(
+      4, 6, 8, made, fused_activation({{"activation", std::string("leaky_relu")}, {"alpha", 0.1}}));
   EXPECT_EQ(made, 4);
   EXPECT_NE(plain.get(), wider.get());
   EXPECT_NE(plain.get(), relu.get());

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/elementwise_ops.h"
 #include "tests/trace/graph_test_util.h"
 #include "trace/executor.h"
 #include "trace/graph.h"
@@ -34,12 +35,15 @@ using testing::op;
 using testing::random_tensor;
 
 struct Case {
-  const char* activation = "relu";
+  std::string activation = "relu";
   bool linear = false;
   bool layer_output_read_twice = false;  // The layer's output also read by neg.
   bool layer_output_is_output = false;   // The layer's output also a graph output.
   DType dtype = DType::kFloat32;
 };
+
+// The value of an activation's parameter in these graphs (not a default).
+constexpr double kAlpha = 0.2;
 
 // x -> conv2d (or linear) -> activation -> y; parameters are state inputs.
 Graph layer_activation_graph(const Case& c) {
@@ -53,8 +57,11 @@ Graph layer_activation_graph(const Case& c) {
   ValueId h = c.linear ? g.add_node(op("linear"), {}, {x, w, b})[0]
                        : g.add_node(op("conv2d"), {{"padding", Ints{1, 1}}}, {x, w, b})[0];
   kernels::Attrs attrs;
-  if (std::string(c.activation) == "leaky_relu") attrs.set("alpha", 0.2);
-  g.add_output(g.add_node(op(c.activation), attrs, {h})[0], "y");
+  const kernels::OpDef& activation = op(c.activation.c_str());
+  if (activation.elementwise != nullptr && activation.elementwise->num_params == 1) {
+    attrs.set(std::string(activation.elementwise->params[0].name), kAlpha);
+  }
+  g.add_output(g.add_node(activation, attrs, {h})[0], "y");
   if (c.layer_output_read_twice) g.add_output(g.add_node(op("neg"), {}, {h})[0], "neg_h");
   if (c.layer_output_is_output) g.add_output(h, "h");
   return g;
@@ -81,11 +88,19 @@ void expect_same_results(Graph original, Graph fused) {
 
 using testing::count_op;
 
-// Verifies that each activation fuses into conv2d and into linear, the
-// activation node disappears, and the results match the unfused graph.
+// Verifies that each activation (every elementwise op with a oneDNN post-op)
+// fuses into conv2d and into linear, the activation node disappears, and the
+// results match the unfused graph.
 TEST(ActivationFusionTest, FusesEachActivationAndMatches) {
+  std::vector<std::string> activations;
+  for (const kernels::ElementwiseInfo& info : kernels::elementwise::UnaryOps::infos()) {
+    if (info.post_op.algorithm != kernels::PostOpAlgorithm::kNone) {
+      activations.emplace_back(info.name);
+    }
+  }
+  EXPECT_GE(activations.size(), 5u);
   for (bool linear : {false, true}) {
-    for (const char* activation : {"relu", "gelu", "sigmoid", "tanh", "leaky_relu"}) {
+    for (const std::string& activation : activations) {
       SCOPED_TRACE(str_cat(linear ? "linear" : "conv2d", " + ", activation));
       Graph original = layer_activation_graph({.activation = activation, .linear = linear});
       Graph g = original;
@@ -95,7 +110,9 @@ TEST(ActivationFusionTest, FusesEachActivationAndMatches) {
       const Node& layer = g.nodes[0];
       EXPECT_EQ(layer.op->name, linear ? "linear" : "conv2d");
       EXPECT_EQ(layer.attrs.get_string("activation"), activation);
-      if (std::string(activation) == "leaky_relu") EXPECT_EQ(layer.attrs.get_float("alpha"), 0.2);
+      if (op(activation.c_str()).elementwise->num_params == 1) {
+        EXPECT_EQ(layer.attrs.get_float("alpha"), kAlpha);
+      }
       EXPECT_EQ(layer.outputs[0], g.outputs[0].value);
       expect_same_results(std::move(original), std::move(g));
     }

@@ -9,13 +9,13 @@ namespace {
 
 const kernels::OpDef& op(const char* name) { return kernels::Registry::global().get(name); }
 
-// The activation ops the layers' "activation" attribute names; each is the op
-// of the same name.
+// The ops the layers' "activation" attribute may name (Note [Fused
+// activation] in kernels/cpu/onednn.h): those with a oneDNN post-op, whose
+// parameter (if any) travels as the layer's "alpha".
 bool is_fusable_activation(const kernels::OpDef* activation) {
-  for (const char* name : {"relu", "gelu", "sigmoid", "tanh", "leaky_relu"}) {
-    if (activation == &op(name)) return true;
-  }
-  return false;
+  const kernels::ElementwiseInfo* info = activation->elementwise;
+  return info != nullptr && info->post_op.algorithm != kernels::PostOpAlgorithm::kNone &&
+         info->num_params <= 1;
 }
 
 }  // namespace
@@ -50,8 +50,9 @@ int fuse_activations(Graph& graph) {
     if (in.dtype != DType::kFloat32 || out.dtype != in.dtype || out.shape != in.shape) continue;
 
     layer.attrs.set("activation", activation.op->name);
-    if (activation.attrs.has("alpha")) {
-      layer.attrs.set("alpha", activation.attrs.get_float("alpha"));
+    const kernels::ElementwiseInfo& info = *activation.op->elementwise;
+    if (info.num_params == 1) {
+      layer.attrs.set("alpha", activation.attrs.get_float(std::string(info.params[0].name)));
     }
     layer.outputs[0] = activation.outputs[0];
     removed[a] = true;

@@ -7,27 +7,18 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 
 #include "core/error.h"
 
 namespace tandem::trace {
 namespace {
 
-// The ops fused_elementwise has instructions for; their float attributes
-// become the instruction's parameters (Note [Fused elementwise programs] in
-// kernels/ops/fused_elementwise.cc). The op's inference parses every program
-// this pass writes, so a name here the kernel lacks fails at once.
-const absl::flat_hash_set<std::string_view>& fusable_ops() {
-  static const auto* ops = new absl::flat_hash_set<std::string_view>{
-      "neg",   "abs",  "sign",    "square", "relu",    "exp",        "log",  "sqrt",
-      "rsqrt", "tanh", "sigmoid", "erf",    "gelu",    "leaky_relu", "clip", "add",
-      "sub",   "mul",  "div",     "pow",    "maximum", "minimum"};
-  return *ops;
-}
-
 bool is_fusable(const Graph& graph, const Node& node) {
-  if (!fusable_ops().contains(node.op->name) || node.outputs.size() != 1) return false;
+  // The ops fused_elementwise has instructions for (kernels/elementwise_ops.h);
+  // their float attributes become the instruction's parameters (Note [Fused
+  // elementwise programs] in kernels/ops/fused_elementwise.cc).
+  const kernels::ElementwiseInfo* info = node.op->elementwise;
+  if (info == nullptr || !info->fusable || node.outputs.size() != 1) return false;
   const Value& out = graph.value(node.outputs[0]);
   if (out.dtype != DType::kFloat32 && out.dtype != DType::kFloat64) return false;
   for (ValueId id : node.inputs) {
