@@ -76,6 +76,127 @@ Tensor relu(const Tensor& x, TANDEM_HERE);
 Tensor leaky_relu(const Tensor& x, double alpha = 0.01, TANDEM_HERE);
 Tensor gelu(const Tensor& x, TANDEM_HERE);
 Tensor clip(const Tensor& x, double min, double max, TANDEM_HERE);
+// Trigonometric, hyperbolic and rounding functions, elementwise (float32 and
+// float64). round sends halves to the even neighbour, as torch.round does.
+inline Tensor sin(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("sin");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor cos(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("cos");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor tan(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("tan");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor asin(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("asin");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor acos(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("acos");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor atan(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("atan");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor sinh(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("sinh");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor cosh(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("cosh");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor asinh(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("asinh");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor acosh(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("acosh");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor atanh(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("atanh");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor floor(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("floor");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor ceil(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("ceil");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor round(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("round");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor trunc(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("trunc");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor reciprocal(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("reciprocal");
+  return detail::call_unary(op, x, {}, where);
+}
+// Activations, as torch.nn.functional's (float32 and float64).
+inline Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("softplus");
+  return detail::call_unary(op, x, {{"beta", beta}, {"threshold", threshold}}, where);
+}
+inline Tensor softsign(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("softsign");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor elu(const Tensor& x, double alpha = 1.0, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("elu");
+  return detail::call_unary(op, x, {{"alpha", alpha}}, where);
+}
+inline Tensor selu(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("selu");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor celu(const Tensor& x, double alpha = 1.0, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("celu");
+  return detail::call_unary(op, x, {{"alpha", alpha}}, where);
+}
+inline Tensor hardsigmoid(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("hardsigmoid");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor hardswish(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("hardswish");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor mish(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("mish");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor silu(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("silu");
+  return detail::call_unary(op, x, {}, where);
+}
+// Tests (float32 and float64 in, bool out) and logic: logical_not takes any
+// dtype and gives x == 0; bitwise_not takes integers and bool.
+inline Tensor isnan(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("isnan");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor isinf(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("isinf");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor logical_not(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("logical_not");
+  return detail::call_unary(op, x, {}, where);
+}
+inline Tensor bitwise_not(const Tensor& x, TANDEM_HERE) {
+  static const kernels::OpDef& op = detail::find_op("bitwise_not");
+  return detail::call_unary(op, x, {}, where);
+}
 Tensor cast(const Tensor& x, DType dtype, TANDEM_HERE);
 // cond ? a : b, elementwise, broadcasting all three.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, TANDEM_HERE);

@@ -40,6 +40,10 @@ TANDEM_HOST_DEVICE T stable_sigmoid(T x) {
 }
 
 // Ops whose gradient names another op of the list, declared ahead.
+struct Sin;
+struct Cos;
+struct Sinh;
+struct Cosh;
 struct Square;
 struct Sign;
 struct Rsqrt;
@@ -47,6 +51,7 @@ struct Exp;
 struct Erf;
 struct Tanh;
 struct Sigmoid;
+struct Softplus;
 struct Abs;
 
 // Arithmetic and sign (float32, float64, int32, int64).
@@ -190,6 +195,127 @@ struct Rsqrt : ElementwiseDefaults {
   }
 };
 
+// d (1/x) = -1/x^2 = -y^2.
+struct Reciprocal : ElementwiseDefaults {
+  static constexpr std::string_view kName = "reciprocal", kDoc = "1 / x";
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return T{1} / x;
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * -apply_op<Square>(d.y);
+  }
+};
+
+// Trigonometric and hyperbolic functions: libm's, which keep asinh, atanh
+// and friends accurate near 0.
+
+struct Sin : ElementwiseDefaults {
+  static constexpr std::string_view kName = "sin", kDoc = "sine";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::sin(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * apply_op<Cos>(d.x);
+  }
+};
+
+struct Cos : ElementwiseDefaults {
+  static constexpr std::string_view kName = "cos", kDoc = "cosine";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::cos(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * -apply_op<Sin>(d.x);
+  }
+};
+
+// d tan(x) = 1 + tan(x)^2.
+struct Tan : ElementwiseDefaults {
+  static constexpr std::string_view kName = "tan", kDoc = "tangent";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::tan(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * (1.0 + apply_op<Square>(d.y));
+  }
+};
+
+struct Asin : ElementwiseDefaults {
+  static constexpr std::string_view kName = "asin", kDoc = "arcsine";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::asin(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * apply_op<Rsqrt>(1.0 - apply_op<Square>(d.x));
+  }
+};
+
+struct Acos : ElementwiseDefaults {
+  static constexpr std::string_view kName = "acos", kDoc = "arccosine";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::acos(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * -apply_op<Rsqrt>(1.0 - apply_op<Square>(d.x));
+  }
+};
+
+struct Atan : ElementwiseDefaults {
+  static constexpr std::string_view kName = "atan", kDoc = "arctangent";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::atan(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g / (1.0 + apply_op<Square>(d.x));
+  }
+};
+
+struct Sinh : ElementwiseDefaults {
+  static constexpr std::string_view kName = "sinh", kDoc = "hyperbolic sine";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::sinh(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * apply_op<Cosh>(d.x);
+  }
+};
+
+struct Cosh : ElementwiseDefaults {
+  static constexpr std::string_view kName = "cosh", kDoc = "hyperbolic cosine";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::cosh(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * apply_op<Sinh>(d.x);
+  }
+};
+
 // d tanh(x) = 1 - y^2.
 struct Tanh : ElementwiseDefaults {
   static constexpr std::string_view kName = "tanh", kDoc = "tanh(x)";
@@ -202,6 +328,97 @@ struct Tanh : ElementwiseDefaults {
   template <class D>
   static auto gradient(const D& d) {
     return d.g * (1.0 - apply_op<Square>(d.y));
+  }
+};
+
+struct Asinh : ElementwiseDefaults {
+  static constexpr std::string_view kName = "asinh", kDoc = "inverse hyperbolic sine";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::asinh(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * apply_op<Rsqrt>(apply_op<Square>(d.x) + 1.0);
+  }
+};
+
+struct Acosh : ElementwiseDefaults {
+  static constexpr std::string_view kName = "acosh", kDoc = "inverse hyperbolic cosine";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::acosh(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * apply_op<Rsqrt>(apply_op<Square>(d.x) - 1.0);
+  }
+};
+
+struct Atanh : ElementwiseDefaults {
+  static constexpr std::string_view kName = "atanh", kDoc = "inverse hyperbolic tangent";
+  static constexpr bool kCostly = true;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::atanh(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g / (1.0 - apply_op<Square>(d.x));
+  }
+};
+
+// Rounding. Piecewise constant: gradient zero, as sign's.
+
+struct Floor : ElementwiseDefaults {
+  static constexpr std::string_view kName = "floor", kDoc = "largest integer <= x";
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::floor(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * 0.0;
+  }
+};
+
+struct Ceil : ElementwiseDefaults {
+  static constexpr std::string_view kName = "ceil", kDoc = "smallest integer >= x";
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::ceil(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * 0.0;
+  }
+};
+
+// Halves go to the even neighbour (the default rounding mode), as in
+// torch.round and NumPy.
+struct Round : ElementwiseDefaults {
+  static constexpr std::string_view kName = "round", kDoc = "nearest integer, halves to even";
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::nearbyint(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * 0.0;
+  }
+};
+
+struct Trunc : ElementwiseDefaults {
+  static constexpr std::string_view kName = "trunc", kDoc = "x rounded toward zero";
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return std::trunc(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g * 0.0;
   }
 };
 
@@ -301,6 +518,204 @@ struct Clip : ElementwiseDefaults {
   }
 };
 
+// log(1 + e^(beta x)) / beta, and x itself where beta x > threshold (as
+// torch.nn.Softplus: linear there, within rounding).
+struct Softplus : ElementwiseDefaults {
+  static constexpr std::string_view kName = "softplus",
+                                    kDoc = "log(1 + e^(beta x)) / beta; x above threshold";
+  static constexpr bool kCostly = true;
+  static constexpr std::array<FormulaParam, 2> kParams = {{{"beta", 1.0}, {"threshold", 20.0}}};
+  double beta, threshold;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    const T bx = static_cast<T>(beta) * x;
+    return bx > static_cast<T>(threshold) ? x : std::log1p(std::exp(bx)) / static_cast<T>(beta);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    auto bx = d.x * d.param(0);
+    return d.where(d.gt(bx, d.param(1)), d.g, d.g * apply_op<Sigmoid>(bx));
+  }
+};
+
+// d x/(1+|x|) = 1/(1+|x|)^2.
+struct Softsign : ElementwiseDefaults {
+  static constexpr std::string_view kName = "softsign", kDoc = "x / (1 + |x|)";
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return x / (T{1} + (x < T{0} ? -x : x));
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.g / apply_op<Square>(apply_op<Abs>(d.x) + 1.0);
+  }
+};
+
+// x above 0, alpha (e^x - 1) below; the gradient below is y + alpha.
+struct Elu : ElementwiseDefaults {
+  static constexpr std::string_view kName = "elu", kDoc = "x if x > 0 else alpha * (e^x - 1)";
+  static constexpr bool kCostly = true;
+  static constexpr std::array<FormulaParam, 1> kParams = {{{"alpha", 1.0}}};
+  static constexpr PostOp kPostOp = {.algorithm = PostOpAlgorithm::kElu, .alpha_is_param = true};
+  double alpha;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return x > T{0} ? x : static_cast<T>(alpha * std::expm1(x));
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.where(d.gt(d.x, 0.0), d.g, d.g * (d.y + d.param(0)));
+  }
+};
+
+// scale * elu(x, alpha) with the constants of Klambauer et al. (2017).
+struct Selu : ElementwiseDefaults {
+  static constexpr std::string_view kName = "selu", kDoc = "scale * elu(x, alpha), fixed constants";
+  static constexpr bool kCostly = true;
+  static constexpr double kAlpha = 1.6732632423543772848170429916717;
+  static constexpr double kScale = 1.0507009873554804934193349852946;
+  static constexpr PostOp kPostOp = {.algorithm = PostOpAlgorithm::kElu,
+                                     .scale = static_cast<float>(kScale),
+                                     .alpha = static_cast<float>(kAlpha)};
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return x > T{0} ? static_cast<T>(kScale * x) : static_cast<T>(kScale * kAlpha * std::expm1(x));
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.where(d.gt(d.x, 0.0), d.g * kScale, d.g * (d.y + kScale * kAlpha));
+  }
+};
+
+// x above 0, alpha (e^(x/alpha) - 1) below.
+struct Celu : ElementwiseDefaults {
+  static constexpr std::string_view kName = "celu",
+                                    kDoc = "x if x > 0 else alpha * (e^(x/alpha) - 1)";
+  static constexpr bool kCostly = true;
+  static constexpr std::array<FormulaParam, 1> kParams = {{{"alpha", 1.0}}};
+  double alpha;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return x > T{0} ? x : static_cast<T>(alpha * std::expm1(x / static_cast<T>(alpha)));
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.where(d.gt(d.x, 0.0), d.g, d.g * apply_op<Exp>(d.x / d.param(0)));
+  }
+};
+
+// relu6(x + 3) / 6; the gradient is 1/6 strictly between -3 and 3.
+struct Hardsigmoid : ElementwiseDefaults {
+  static constexpr std::string_view kName = "hardsigmoid", kDoc = "min(max(x + 3, 0), 6) / 6";
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    T v = x + T{3};
+    return (v < T{0} ? T{0} : (v > T{6} ? T{6} : v)) / T{6};
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    return d.where(d.gt(d.x, -3.0), d.where(d.lt(d.x, 3.0), d.g / 6.0, 0.0), 0.0);
+  }
+};
+
+// x * relu6(x + 3) / 6; the gradient is 0 below -3, (2x + 3) / 6 up to 3,
+// and 1 above (as PyTorch's).
+struct Hardswish : ElementwiseDefaults {
+  static constexpr std::string_view kName = "hardswish", kDoc = "x * min(max(x + 3, 0), 6) / 6";
+  static constexpr PostOp kPostOp = {.algorithm = PostOpAlgorithm::kHardswish};
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    T v = x + T{3};
+    return x * (v < T{0} ? T{0} : (v > T{6} ? T{6} : v)) / T{6};
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    auto middle = d.g * ((d.x * 2.0 + 3.0) / 6.0);
+    return d.where(d.lt(d.x, -3.0), 0.0, d.where(d.le(d.x, 3.0), middle, d.g));
+  }
+};
+
+// x * tanh(softplus(x)); d = t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)).
+struct Mish : ElementwiseDefaults {
+  static constexpr std::string_view kName = "mish", kDoc = "x * tanh(log(1 + e^x))";
+  static constexpr bool kCostly = true;
+  static constexpr PostOp kPostOp = {.algorithm = PostOpAlgorithm::kMish};
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    T softplus = x > T{20} ? x : std::log1p(std::exp(x));
+    return x * std::tanh(softplus);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    auto t = apply_op<Tanh>(apply_op<Softplus>(d.x, 1.0, 20.0));
+    return d.g * (t + d.x * apply_op<Sigmoid>(d.x) * (1.0 - apply_op<Square>(t)));
+  }
+};
+
+// x * sigmoid(x); d = s (1 + x (1 - s)), s = sigmoid(x).
+struct Silu : ElementwiseDefaults {
+  static constexpr std::string_view kName = "silu", kDoc = "x * sigmoid(x) (swish)";
+  static constexpr bool kCostly = true;
+  static constexpr PostOp kPostOp = {.algorithm = PostOpAlgorithm::kSwish, .alpha = 1};
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    return x * stable_sigmoid(x);
+  }
+  template <class D>
+  static auto gradient(const D& d) {
+    auto s = apply_op<Sigmoid>(d.x);
+    return d.g * (s * (d.x * (1.0 - s) + 1.0));
+  }
+};
+
+// Tests and logic: bool results, no gradient.
+
+struct Isnan : ElementwiseDefaults {
+  static constexpr std::string_view kName = "isnan", kDoc = "whether x is NaN";
+  static constexpr bool kBoolResult = true;
+  static constexpr bool kDifferentiable = false;
+  template <class T>
+  TANDEM_HOST_DEVICE bool operator()(T x) const {
+    return x != x;
+  }
+};
+
+struct Isinf : ElementwiseDefaults {
+  static constexpr std::string_view kName = "isinf", kDoc = "whether x is +inf or -inf";
+  static constexpr bool kBoolResult = true;
+  static constexpr bool kDifferentiable = false;
+  template <class T>
+  TANDEM_HOST_DEVICE bool operator()(T x) const {
+    return std::isinf(x);
+  }
+};
+
+struct LogicalNot : ElementwiseDefaults {
+  static constexpr std::string_view kName = "logical_not", kDoc = "x == 0, as bool";
+  static constexpr ElementTypes kTypes = ElementTypes::kAll;
+  static constexpr bool kBoolResult = true;
+  static constexpr bool kDifferentiable = false;
+  template <class T>
+  TANDEM_HOST_DEVICE bool operator()(T x) const {
+    return widen(x) == 0;
+  }
+};
+
+// ~x; for bool, not x.
+struct BitwiseNot : ElementwiseDefaults {
+  static constexpr std::string_view kName = "bitwise_not", kDoc = "~x (not x for bool)";
+  static constexpr ElementTypes kTypes = ElementTypes::kIntegerOrBool;
+  static constexpr bool kDifferentiable = false;
+  template <class T>
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      return !x;
+    } else {
+      return static_cast<T>(~x);
+    }
+  }
+};
+
 // Binary arithmetic (float32, float64, int32, int64, uint8). Their kernels,
 // schemas and gradients are kernels/ops/elementwise_binary.cc's.
 
@@ -394,8 +809,11 @@ struct Minimum : ElementwiseDefaults {
   }
 };
 
-using UnaryOps = ElementwiseOpList<Neg, Abs, Sign, Square, Relu, Exp, Log, Sqrt, Rsqrt, Tanh,
-                                   Sigmoid, Erf, Gelu, LeakyRelu, Clip>;
+using UnaryOps = ElementwiseOpList<Neg, Abs, Sign, Square, Relu, Exp, Log, Sqrt, Rsqrt, Reciprocal,
+                                   Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Tanh, Asinh, Acosh,
+                                   Atanh, Floor, Ceil, Round, Trunc, Sigmoid, Erf, Gelu, LeakyRelu,
+                                   Clip, Softplus, Softsign, Elu, Selu, Celu, Hardsigmoid,
+                                   Hardswish, Mish, Silu, Isnan, Isinf, LogicalNot, BitwiseNot>;
 using BinaryOps = ElementwiseOpList<Add, Sub, Mul, Div, Pow, Maximum, Minimum>;
 
 // Every op, unary then binary: the codes of fused programs.

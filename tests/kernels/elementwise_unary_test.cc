@@ -1,4 +1,5 @@
 // Rows for elementwise_unary.cc, and its error messages and cast semantics.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -145,6 +146,126 @@ TANDEM_OP_TEST_ROWS(elementwise_unary) {
                            {{"min", -2.5}, {"max", 5.5}}));
   rows.push_back(
       unary_row("clip", "int64", ints64, clip(0, 10), {{"min", int64_t{0}}, {"max", 10.0}}));
+
+  // Trigonometric and hyperbolic functions, each inside its domain, and the
+  // inverse hyperbolic ones near 0 where a log-based shortcut would lose
+  // every digit.
+  Tensor unit = random_tensor({2, 3}, 12, -0.9, 0.9);
+  Tensor tiny = tensor_of({-3e-9, -1e-12, 1e-15, 2e-10, 5e-8, 1e-300}, {2, 3});
+  std::vector<Floating> more = {
+      {"sin", [](double x) { return std::sin(x); }, random_tensor({2, 3}, 13, -3, 3)},
+      {"cos", [](double x) { return std::cos(x); }, random_tensor({2, 3}, 14, -3, 3)},
+      {"tan", [](double x) { return std::tan(x); }, random_tensor({2, 3}, 15, -1.2, 1.2)},
+      {"asin", [](double x) { return std::asin(x); }, unit},
+      {"acos", [](double x) { return std::acos(x); }, unit},
+      {"atan", [](double x) { return std::atan(x); }, random_tensor({2, 3}, 16, -4, 4)},
+      {"sinh", [](double x) { return std::sinh(x); }, random_tensor({2, 3}, 17, -3, 3)},
+      {"cosh", [](double x) { return std::cosh(x); }, random_tensor({2, 3}, 18, -3, 3)},
+      {"asinh", [](double x) { return std::asinh(x); }, random_tensor({2, 3}, 19, -5, 5)},
+      {"acosh", [](double x) { return std::acosh(x); }, random_tensor({2, 3}, 20, 1.2, 4)},
+      {"atanh", [](double x) { return std::atanh(x); }, unit},
+      {"reciprocal", [](double x) { return 1 / x; }, positive},
+      {"softsign", [](double x) { return x / (1 + std::abs(x)); }, off_zero},
+      {"hardsigmoid", [](double x) { return std::clamp(x + 3, 0.0, 6.0) / 6; },
+       tensor_of({-4.5, -2.2, -0.4, 0.7, 2.9, 3.6}, {2, 3})},
+      {"hardswish", [](double x) { return x * std::clamp(x + 3, 0.0, 6.0) / 6; },
+       tensor_of({-4.5, -2.2, -0.4, 0.7, 2.9, 3.6}, {2, 3})},
+      {"mish", [](double x) { return x * std::tanh(std::log1p(std::exp(x))); },
+       random_tensor({2, 3}, 21, -4, 4)},
+      {"silu", [](double x) { return x / (1 + std::exp(-x)); }, random_tensor({2, 3}, 22, -4, 4)},
+      {"selu",
+       [](double x) {
+         return 1.0507009873554805 * (x > 0 ? x : 1.6732632423543772 * std::expm1(x));
+       },
+       off_zero},
+      {"elu", [](double x) { return x > 0 ? x : std::expm1(x); }, off_zero},
+      {"celu", [](double x) { return x > 0 ? x : std::expm1(x); }, off_zero},
+      {"softplus", [](double x) { return std::log1p(std::exp(x)); },
+       random_tensor({2, 3}, 23, -4, 4)},
+  };
+  for (const auto& [op, f, x] : more) {
+    rows.push_back(unary_row(op, "float64", x, f));
+    rows.push_back(unary_row(op, "float32", as(DType::kFloat32, x), f));
+  }
+  rows.push_back(unary_row("asinh", "near_zero", tiny, [](double x) { return std::asinh(x); }));
+  rows.push_back(unary_row("atanh", "near_zero", tiny, [](double x) { return std::atanh(x); }));
+  rows.push_back(unary_row("elu", "alpha", off_zero,
+                           [](double x) { return x > 0 ? x : 0.5 * std::expm1(x); },
+                           {{"alpha", 0.5}}));
+  rows.push_back(unary_row("celu", "alpha", off_zero,
+                           [](double x) { return x > 0 ? x : 0.5 * std::expm1(x / 0.5); },
+                           {{"alpha", 0.5}}));
+  // beta x above the threshold gives x itself.
+  rows.push_back(unary_row("softplus", "beta_threshold", off_zero,
+                           [](double x) { return 2 * x > 1 ? x : std::log1p(std::exp(2 * x)) / 2; },
+                           {{"beta", 2.0}, {"threshold", 1.0}}));
+  // Large inputs must not overflow to inf or NaN.
+  OpTestCase large = unary_row("softplus", "large", tensor_of({-800, 30, 800}, {3}),
+                               [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); });
+  large.check_gradient = false;
+  rows.push_back(large);
+
+  // Rounding: away from integers (the gradient is zero), and at halves,
+  // which go to the even neighbour.
+  Tensor fractions = tensor_of({-2.7, -1.2, -0.4, 0.3, 1.6, 2.2}, {2, 3});
+  std::vector<Floating> rounding = {
+      {"floor", [](double x) { return std::floor(x); }, fractions},
+      {"ceil", [](double x) { return std::ceil(x); }, fractions},
+      {"round", [](double x) { return std::nearbyint(x); }, fractions},
+      {"trunc", [](double x) { return std::trunc(x); }, fractions},
+  };
+  for (const auto& [op, f, x] : rounding) {
+    rows.push_back(unary_row(op, "float64", x, f));
+    rows.push_back(unary_row(op, "float32", as(DType::kFloat32, x), f));
+  }
+  OpTestCase halves =
+      unary_row("round", "halves_to_even", tensor_of({-2.5, -1.5, -0.5, 0.5, 1.5, 2.5}, {2, 3}),
+                [](double x) { return std::nearbyint(x); });
+  halves.check_gradient = false;
+  rows.push_back(halves);
+
+  // Tests and logic give bool (no gradient).
+  auto bool_row = [](std::string op, std::string name, Tensor x, std::function<bool(double)> f) {
+    return OpTestCase{.name = std::move(name),
+                      .op = std::move(op),
+                      .inputs = {std::move(x)},
+                      .reference =
+                          [f](const Inputs& in) {
+                            return std::vector{map1(
+                                in[0], [f](double v) { return f(v) ? 1.0 : 0.0; }, DType::kBool)};
+                          },
+                      .check_gradient = false};
+  };
+  Tensor special = tensor_of({NAN, kInf, -kInf, 0, -1.5, 3}, {2, 3});
+  auto is_nan = [](double x) { return std::isnan(x); };
+  auto is_inf = [](double x) { return std::isinf(x); };
+  auto is_zero = [](double x) { return x == 0; };
+  rows.push_back(bool_row("isnan", "float64", special, is_nan));
+  rows.push_back(bool_row("isnan", "float32", as(DType::kFloat32, special), is_nan));
+  rows.push_back(bool_row("isinf", "float64", special, is_inf));
+  rows.push_back(bool_row("isinf", "float32", as(DType::kFloat32, special), is_inf));
+  rows.push_back(bool_row("logical_not", "float64", special, is_zero));
+  rows.push_back(bool_row("logical_not", "int32", ints32, is_zero));
+  rows.push_back(bool_row("logical_not", "bool", tensor_of({1, 0, 1}, {3}, DType::kBool), is_zero));
+  rows.push_back(bool_row("logical_not", "float16", as(DType::kFloat16, off_zero), is_zero));
+
+  // bitwise_not: two's complement for integers, not for bool.
+  auto bits_row = [](std::string name, Tensor x, std::function<double(double)> f) {
+    DType dtype = x.dtype();
+    return OpTestCase{
+        .name = std::move(name),
+        .op = "bitwise_not",
+        .inputs = {std::move(x)},
+        .reference = [f, dtype](const Inputs& in) { return std::vector{map1(in[0], f, dtype)}; },
+        .check_gradient = false};
+  };
+  auto complement = [](double x) { return -x - 1; };
+  rows.push_back(bits_row("int32", ints32, complement));
+  rows.push_back(bits_row("int64", ints64, complement));
+  rows.push_back(bits_row("uint8", tensor_of({0, 1, 200, 255}, {4}, DType::kUInt8),
+                          [](double x) { return 255 - x; }));
+  rows.push_back(bits_row("bool", tensor_of({1, 0, 1}, {3}, DType::kBool),
+                          [](double x) { return x == 0 ? 1.0 : 0.0; }));
 
   // cast: the reference gives the values the target dtype holds.
   auto cast_row = [](std::string name, Tensor x, DType to, std::function<double(double)> f) {
