@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -98,6 +102,30 @@ void append(nn::Sequential& sequential, size_t index, std::shared_ptr<nn::Module
 }
 
 std::string shape_text(const Shape& shape) { return shape.to_string(); }
+
+// The activation modules a kActivation layer draws from, beside the ones
+// with a LayerKind of their own.
+constexpr const char* kActivations[] = {"ELU",      "SELU",     "CELU",        "SiLU",     "Mish",
+                                        "Softplus", "Softsign", "Hardsigmoid", "Hardswish"};
+
+// A kActivation layer's module and the code that makes it.
+std::pair<std::shared_ptr<nn::Module>, std::string> activation_module(const LayerSpec& spec) {
+  const std::string& name = spec.activation;
+  if (name == "ELU")
+    return {std::make_shared<nn::ELU>(spec.value), str_cat("nn::ELU(", spec.value, ")")};
+  if (name == "CELU")
+    return {std::make_shared<nn::CELU>(spec.value), str_cat("nn::CELU(", spec.value, ")")};
+  if (name == "Softplus") {
+    return {std::make_shared<nn::Softplus>(spec.value), str_cat("nn::Softplus(", spec.value, ")")};
+  }
+  if (name == "SELU") return {std::make_shared<nn::SELU>(), "nn::SELU()"};
+  if (name == "SiLU") return {std::make_shared<nn::SiLU>(), "nn::SiLU()"};
+  if (name == "Mish") return {std::make_shared<nn::Mish>(), "nn::Mish()"};
+  if (name == "Softsign") return {std::make_shared<nn::Softsign>(), "nn::Softsign()"};
+  if (name == "Hardsigmoid") return {std::make_shared<nn::Hardsigmoid>(), "nn::Hardsigmoid()"};
+  TANDEM_CHECK(name == "Hardswish", "unknown activation module '", name, "'");
+  return {std::make_shared<nn::Hardswish>(), "nn::Hardswish()"};
+}
 
 std::string dims_text(absl::Span<const int64_t> dims) {
   std::string text = "{";
@@ -229,6 +257,9 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
       module = std::make_shared<nn::Tanh>();
       code = "nn::Tanh()";
       break;
+    case LayerKind::kActivation:
+      std::tie(module, code) = activation_module(spec);
+      break;
     case LayerKind::kDropout:
       module = std::make_shared<nn::Dropout>(spec.value);
       code = str_cat("nn::Dropout(", spec.value, ")");
@@ -351,6 +382,19 @@ Tensor model_input(const ModelSpec& spec, int64_t batch, uint64_t seed) {
 
 namespace {
 
+// Tanh, or (as often) one of the other activation modules.
+LayerSpec random_tanh_or_activation(Draw& draw) {
+  LayerSpec layer;
+  if (draw.chance(0.5)) {
+    layer.kind = LayerKind::kTanh;
+    return layer;
+  }
+  layer.kind = LayerKind::kActivation;
+  layer.activation = kActivations[draw.in(0, static_cast<int64_t>(std::size(kActivations)) - 1)];
+  layer.value = draw.one_of({0.5, 1.0, 2.0});
+  return layer;
+}
+
 // A layer that keeps the shape of `in`, for a residual body.
 LayerSpec shape_keeping_layer(Draw& draw, const Shape& in) {
   const int rank = in.rank();
@@ -388,7 +432,7 @@ LayerSpec shape_keeping_layer(Draw& draw, const Shape& in) {
       layer.kind = LayerKind::kSigmoid;
       break;
     case 7:
-      layer.kind = LayerKind::kTanh;
+      layer = random_tanh_or_activation(draw);
       break;
     case 8:
       layer.kind = LayerKind::kDropout;
@@ -474,8 +518,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
       layer.kind = LayerKind::kSigmoid;
       return layer;
     case 11:
-      layer.kind = LayerKind::kTanh;
-      return layer;
+      return random_tanh_or_activation(draw);
     case 12:
     case 13:
       layer.kind = LayerKind::kDropout;

@@ -35,6 +35,7 @@ enum class LayerKind {
   kGELU,
   kSigmoid,
   kTanh,
+  kActivation,  // One of the other activation modules, named by LayerSpec::activation.
   kDropout,
   kMaxPool2d,
   kAvgPool2d,
@@ -50,8 +51,10 @@ struct LayerSpec {
   int64_t out = 0;  // Linear: out_features; Conv2d: out_channels; Embedding: embedding_dim.
   int64_t kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;  // Conv2d and pooling.
   bool bias = true;                                                       // Linear, Conv2d.
-  // LeakyReLU: negative slope; Dropout: p.
+  // LeakyReLU: negative slope; Dropout: p; Activation: its parameter (ELU's
+  // and CELU's alpha, Softplus's beta), if it takes one.
   double value = 0;
+  std::string activation;  // Activation: the module's type name ("SiLU").
   // LayerNorm: how many trailing axes it normalizes; AdaptiveAvgPool2d: the
   // output size; Flatten: the first axis flattened.
   int64_t axes = 1;
