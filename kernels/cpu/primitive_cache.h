@@ -33,6 +33,19 @@
 // giving other answers once in a few runs); a primitive used by one thread
 // only is never run twice at once. A thread's entries outlive it until
 // they are evicted; thread numbers are never reused.
+//
+// Why a primitive is destroyed on its own thread: in the library scratchpad
+// mode, Debian's oneDNN 2.6 (built without concurrent execution) gives each
+// thread one scratchpad buffer, sized for the largest primitive made on it,
+// with a thread-local count of the primitives that use it; a primitive's
+// destructor decrements the count of the thread it runs on and frees that
+// thread's buffer at zero. An entry evicted by another thread and destroyed
+// there freed the evicting thread's buffer under its live primitives, whose
+// next run wrote through a null scratchpad (the difftest crashed in a
+// convolution, in 2 of 3 runs of 300 models after an unrelated change
+// shifted timing). So an entry evicted by another thread waits in its
+// owner's list until the owner next looks in the cache; an owner that has
+// exited never frees it (threads are the engine's few long-lived workers).
 #pragma once
 
 #include <cstddef>

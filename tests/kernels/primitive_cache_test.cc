@@ -4,10 +4,15 @@
 // cache keeps only the most recently used.
 #include "kernels/cpu/primitive_cache.h"
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "gtest/gtest.h"
+
+#include "core/error.h"
 
 namespace tandem::kernels::onednn {
 namespace {
@@ -81,6 +86,58 @@ TEST(PrimitiveCacheTest, EvictsTheLeastRecentlyUsed) {
   product(1, 1, 1000 + static_cast<int64_t>(kPrimitiveCacheEntries), made);
   EXPECT_EQ(made, before + 1) << "a recent entry was evicted";
   EXPECT_EQ(held->pd.dst_desc().dims(), (dnnl::memory::dims{2, 4}));
+}
+
+// Verifies that an entry another thread evicts is destroyed on the thread
+// that made it, the next time that thread looks in the cache (Note
+// [Primitive cache]: oneDNN counts a primitive's scratchpad users per
+// thread, so destroying it elsewhere freed the other thread's buffer).
+TEST(PrimitiveCacheTest, EvictedEntriesDieOnTheirOwnThread) {
+  struct Destroyed {
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> on_thread{0};
+  };
+  auto destroyed = std::make_shared<Destroyed>();
+  uint64_t owner = 0;
+  auto keep_marked = [&] {
+    owner = this_thread_number();
+    keep_cached_primitive("evicted-entry-of-another-thread",
+                          std::shared_ptr<const void>(new int(0), [destroyed](const int* p) {
+                            destroyed->on_thread = this_thread_number();
+                            destroyed->done = true;
+                            delete p;
+                          }));
+  };
+  std::thread owner_thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  int step = 0;  // 1: the owner kept its entry; 2: evicted elsewhere; 3: the owner looked.
+  auto advance_to = [&](int next) {
+    std::lock_guard lock(mu);
+    step = next;
+    cv.notify_all();
+  };
+  auto wait_for = [&](int wanted) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return step >= wanted; });
+  };
+  owner_thread = std::thread([&] {
+    keep_marked();
+    advance_to(1);
+    wait_for(2);
+    find_cached_primitive("a key nobody keeps");
+    advance_to(3);
+  });
+  wait_for(1);
+  for (size_t n = 0; n < kPrimitiveCacheEntries; ++n) {
+    keep_cached_primitive(str_cat("filler-", n), std::make_shared<int>(0));
+  }
+  EXPECT_FALSE(destroyed->done) << "destroyed by the thread that evicted it";
+  advance_to(2);
+  wait_for(3);
+  owner_thread.join();
+  EXPECT_TRUE(destroyed->done);
+  EXPECT_EQ(destroyed->on_thread, owner);
 }
 
 }  // namespace
