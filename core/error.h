@@ -10,7 +10,7 @@
 //     std::cerr << e.what();  // "matmul: shapes [2, 3] and [4, 5] ... (at model.cc:42)"
 //   }
 //
-// Two channels, two audiences (see shared/STYLE.md):
+// Two channels, two audiences: the user who made a mistake, and us:
 //   TANDEM_CHECK(cond, "expected ..., got ", value)  — the user's mistake.
 //   TANDEM_INTERNAL_ASSERT(cond, ...)                — our bug; asks for a report.
 //

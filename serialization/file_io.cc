@@ -23,7 +23,7 @@ namespace tandem::serialization {
 namespace {
 
 // A std::string may hold a NUL that the C calls below would silently cut the
-// path at ("w.bin\0.txt" opening "w.bin"); refuse it (RELIABILITY.md F06).
+// path at ("w.bin\0.txt" opening "w.bin"); refuse it (docs/security.md).
 void check_path(const std::string& path, const char* action) {
   // Escaped: the message itself would end at the NUL.
   TANDEM_CHECK(path.find('\0') == std::string::npos, "cannot ", action, " \"",

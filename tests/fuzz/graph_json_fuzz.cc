@@ -10,7 +10,7 @@
 //
 // A file that loads is also written back and loaded again: the writer must
 // accept whatever the reader accepts, and load -> write -> load -> write must
-// give the same text twice (the "no jitter" rule of STYLE.md principle 18).
+// give the same text twice (one graph, one text: no jitter between writes).
 // Then, within the work budget of run_model.h, it is loaded as a model with
 // made-up params of the shapes its manifest states (load's passes run ops on
 // them) and run once on made-up inputs.

@@ -261,7 +261,7 @@ TEST_F(ParamsTest, WriterRefusesBadInput) {
                {"cannot open '" + dir_.file("none.params") + "'", "No such file"});
 }
 
-// ---- Malformed files, one rule each (RELIABILITY.md B.2) ----
+// ---- Malformed files, one rule each (docs/security.md) ----
 
 // Verifies P02/P01: empty and short files.
 TEST_F(ParamsTest, EmptyAndShortFiles) {
