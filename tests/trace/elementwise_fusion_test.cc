@@ -150,7 +150,8 @@ TEST(ElementwiseFusionTest, BadProgramsAreErrors) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
   try {
-    g.add_node(op("fused_elementwise"), {{"program", std::string("r0=exp(i0);r1=frobnicate(r0)")}}, {x});
+    g.add_node(op("fused_elementwise"), {{"program", std::string("r0=exp(i0);r1=frobnicate(r0)")}},
+               {x});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("fused_elementwise"));
