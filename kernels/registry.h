@@ -92,7 +92,7 @@ struct OpDef {
   std::string name;
   int num_inputs = 1;   // Or kVariadic (at least one).
   int num_outputs = 1;  // Or kVariadic: inference decides (e.g. split).
-  std::vector<AttrSpec> attrs;
+  std::vector<AttrSpec> attrs = {};
   InferFn infer = nullptr;
   KernelFn cpu = nullptr;
   KernelFn cuda = nullptr;  // Filled by the CUDA backend where it exists.
@@ -129,7 +129,7 @@ struct OpDef {
   // Filled by Registry::add from `attrs`: every attribute that has a default,
   // set to it (what a call that gives no attributes resolves to), and
   // whether any attribute is required.
-  Attrs defaults;
+  Attrs defaults = {};
   bool has_required_attrs = false;
 };
 

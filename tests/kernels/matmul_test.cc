@@ -182,13 +182,6 @@ std::string matmul_error(Shape a, Shape b, Attrs attrs = {}) {
   return "no error";
 }
 
-// Whether a product of these shapes takes the all-cores lock.
-bool product_uses_all_cores(const OpDef& op, const Shape& a, const Shape& b, const Shape& out) {
-  const Shape* inputs[] = {&a, &b};
-  const Shape* outputs[] = {&out};
-  return uses_all_cores(op, CallShapes{inputs, outputs});
-}
-
 // Verifies the promise behind matmul's OpDef::one_core and OpDef::work: a
 // call skips the all-cores lock exactly when it has at most 16^3
 // multiply-adds, so matmul_kernel runs it in its plain loops (kSmallMatmul),

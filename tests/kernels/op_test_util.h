@@ -33,12 +33,12 @@ using Inputs = std::vector<Tensor>;
 struct OpTestCase {
   std::string name;  // Unique within the op; becomes part of the test name.
   std::string op;
-  Inputs inputs;
-  Attrs attrs;
+  Inputs inputs = {};
+  Attrs attrs = {};
   // Expected outputs, computed independently of the kernel under test (plain
   // loops over host values). Null only for ops whose values are random;
   // such a row gives `expected_shapes` and `check_random` instead.
-  std::function<std::vector<Tensor>(const Inputs&)> reference;
+  std::function<std::vector<Tensor>(const Inputs&)> reference = {};
   double tolerance = 1e-6;  // |actual - expected| <= tolerance * (1 + |expected|)
   // The outputs' shapes and dtypes, checked when given (and required without
   // a reference).
@@ -47,7 +47,7 @@ struct OpTestCase {
   // below), on every device the row runs on. The runner also checks that
   // the op's "seed" attribute decides the values: the same seed gives the
   // same outputs, the next seed different ones.
-  std::function<void(const Inputs&, const std::vector<Tensor>&)> check_random;
+  std::function<void(const Inputs&, const std::vector<Tensor>&)> check_random = {};
   // Finite-difference check of the op's gradient; needs float64 inputs: a
   // row that checks a gradient and has none fails.
   bool check_gradient = true;
@@ -123,7 +123,7 @@ std::string error_of(Fn fn) {
 struct ActivationCase {
   std::string name;
   double alpha = 0.01;
-  std::string param;  // The op's parameter that alpha sets; empty if none.
+  std::string param = {};  // The op's parameter that alpha sets; empty if none.
 };
 // Every such activation: each elementwise op with a PostOp, those with a
 // parameter at a value other than its default.
