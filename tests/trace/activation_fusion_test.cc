@@ -104,7 +104,7 @@ TEST(ActivationFusionTest, FusesEachActivationAndMatches) {
       SCOPED_TRACE(str_cat(linear ? "linear" : "conv2d", " + ", activation));
       Graph original = layer_activation_graph({.activation = activation, .linear = linear});
       Graph g = original;
-      EXPECT_EQ(fuse_activations(g), 1);
+      EXPECT_EQ(ActivationFusion().run(g), 1);
       verify(g);
       ASSERT_EQ(g.nodes.size(), 1u);
       const Node& layer = g.nodes[0];
@@ -123,7 +123,7 @@ TEST(ActivationFusionTest, FusesEachActivationAndMatches) {
 // which needs the pre-activation values.
 TEST(ActivationFusionTest, KeepsLayerWithAnotherReader) {
   Graph g = layer_activation_graph({.layer_output_read_twice = true});
-  EXPECT_EQ(fuse_activations(g), 0);
+  EXPECT_EQ(ActivationFusion().run(g), 0);
   EXPECT_EQ(count_op(g, "relu"), 1);
   EXPECT_EQ(g.nodes[0].attrs.get_string("activation"), "none");
 }
@@ -131,14 +131,14 @@ TEST(ActivationFusionTest, KeepsLayerWithAnotherReader) {
 // Verifies that the pair stays when the layer's output is a graph output.
 TEST(ActivationFusionTest, KeepsLayerWhoseOutputIsAGraphOutput) {
   Graph g = layer_activation_graph({.linear = true, .layer_output_is_output = true});
-  EXPECT_EQ(fuse_activations(g), 0);
+  EXPECT_EQ(ActivationFusion().run(g), 0);
   EXPECT_EQ(count_op(g, "relu"), 1);
 }
 
 // Verifies that float64 layers are left alone (only float32 runs on oneDNN).
 TEST(ActivationFusionTest, KeepsFloat64) {
   Graph g = layer_activation_graph({.dtype = DType::kFloat64});
-  EXPECT_EQ(fuse_activations(g), 0);
+  EXPECT_EQ(ActivationFusion().run(g), 0);
 }
 
 // Verifies that a layer that already has an activation takes no second one.
@@ -148,8 +148,8 @@ TEST(ActivationFusionTest, FusesOneActivationPerLayer) {
   ValueId y = g.outputs[0].value;
   g.outputs[0].value = g.add_node(op("relu"), {}, {y})[0];
   Graph unfused = g;
-  EXPECT_EQ(fuse_activations(g), 1);
-  EXPECT_EQ(fuse_activations(g), 0);
+  EXPECT_EQ(ActivationFusion().run(g), 1);
+  EXPECT_EQ(ActivationFusion().run(g), 0);
   verify(g);
   EXPECT_EQ(count_op(g, "relu"), 1);
   expect_same_results(std::move(unfused), std::move(g));
@@ -168,7 +168,7 @@ TEST(ActivationFusionTest, FusesStackedLayers) {
   }
   g.add_output(v, "y");
   Graph fused = original;
-  EXPECT_EQ(fuse_activations(fused), 3);
+  EXPECT_EQ(ActivationFusion().run(fused), 3);
   verify(fused);
   EXPECT_EQ(fused.nodes.size(), 3u);
   expect_same_results(std::move(original), std::move(fused));

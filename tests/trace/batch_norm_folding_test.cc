@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -88,7 +89,7 @@ bool has_op(const Graph& g, const char* name) {
 TEST(BatchNormFoldingTest, FoldsIntoConv2dAndMatches) {
   Graph original = layer_norm_graph({});
   Graph g = original;
-  EXPECT_EQ(fold_batch_norms(g, {.inference = true}), 1);
+  EXPECT_EQ(BatchNormFolding().run(g), 1);
   verify(g);
   EXPECT_FALSE(has_op(g, "batch_norm"));
   EXPECT_EQ(g.inputs.size(), original.inputs.size());
@@ -99,7 +100,7 @@ TEST(BatchNormFoldingTest, FoldsIntoConv2dAndMatches) {
 TEST(BatchNormFoldingTest, FoldsIntoLinearAndMatches) {
   Graph original = layer_norm_graph({.linear = true});
   Graph g = original;
-  EXPECT_EQ(fold_batch_norms(g, {.inference = true}), 1);
+  EXPECT_EQ(BatchNormFolding().run(g), 1);
   verify(g);
   EXPECT_FALSE(has_op(g, "batch_norm"));
   expect_same_results(std::move(original), std::move(g));
@@ -125,15 +126,16 @@ TEST(BatchNormFoldingTest, FoldsStackedPairs) {
   }
   g.add_output(v, "y");
   Graph folded = original;
-  EXPECT_EQ(fold_batch_norms(folded, {.inference = true}), 2);
+  EXPECT_EQ(BatchNormFolding().run(folded), 2);
   verify(folded);
   EXPECT_FALSE(has_op(folded, "batch_norm"));
   expect_same_results(std::move(original), std::move(folded));
 }
 
-// Verifies that batch norms in a row after one layer all fold in one run,
-// so that a second run (a loader optimizing an exported graph again) finds
-// nothing left to fold.
+// Verifies that batch norms in a row after one layer fold one per run, and
+// all of them under FixedPoint (as the pipeline runs the pass), so that a
+// second run (a loader optimizing an exported graph again) finds nothing
+// left to fold.
 TEST(BatchNormFoldingTest, FoldsAChainOfBatchNormsToAFixedPoint) {
   Graph original;
   Graph& g = original;
@@ -149,10 +151,14 @@ TEST(BatchNormFoldingTest, FoldsAChainOfBatchNormsToAFixedPoint) {
     v = g.add_node(op("batch_norm"), {}, {v, gamma, beta, mean, var})[0];
   }
   g.add_output(v, "y");
+  Graph once = original;
+  EXPECT_EQ(BatchNormFolding().run(once), 1);
+  EXPECT_TRUE(has_op(once, "batch_norm"));
   Graph folded = original;
-  EXPECT_EQ(fold_batch_norms(folded, {.inference = true}), 3);
+  FixedPoint fold(std::make_unique<BatchNormFolding>());
+  EXPECT_EQ(fold.run(folded), 3);
   EXPECT_FALSE(has_op(folded, "batch_norm"));
-  EXPECT_EQ(fold_batch_norms(folded, {.inference = true}), 0);
+  EXPECT_EQ(fold.run(folded), 0);
   expect_same_results(std::move(original), std::move(folded));
 }
 
@@ -172,14 +178,14 @@ TEST(BatchNormFoldingTest, PipelineFoldsForInference) {
 // Verifies that nothing folds unless the graph is for inference.
 TEST(BatchNormFoldingTest, KeepsBatchNormWithoutInference) {
   Graph g = layer_norm_graph({});
-  EXPECT_EQ(fold_batch_norms(g, {}), 0);
+  optimize(g);
   EXPECT_TRUE(has_op(g, "batch_norm"));
 }
 
 // Verifies that a training-mode batch_norm (batch statistics) stays.
 TEST(BatchNormFoldingTest, KeepsTrainingModeBatchNorm) {
   Graph g = layer_norm_graph({.training = true});
-  EXPECT_EQ(fold_batch_norms(g, {.inference = true}), 0);
+  EXPECT_EQ(BatchNormFolding().run(g), 0);
   EXPECT_TRUE(has_op(g, "batch_norm"));
 }
 
@@ -187,14 +193,14 @@ TEST(BatchNormFoldingTest, KeepsTrainingModeBatchNorm) {
 // which needs the unnormalized values.
 TEST(BatchNormFoldingTest, KeepsConvWithAnotherReader) {
   Graph g = layer_norm_graph({.layer_output_read_twice = true});
-  EXPECT_EQ(fold_batch_norms(g, {.inference = true}), 0);
+  EXPECT_EQ(BatchNormFolding().run(g), 0);
   EXPECT_TRUE(has_op(g, "batch_norm"));
 }
 
 // Verifies that the pair stays when batch_norm's mean output is read.
 TEST(BatchNormFoldingTest, KeepsBatchNormWhoseStatisticsAreRead) {
   Graph g = layer_norm_graph({.stats_read = true});
-  EXPECT_EQ(fold_batch_norms(g, {.inference = true}), 0);
+  EXPECT_EQ(BatchNormFolding().run(g), 0);
   EXPECT_TRUE(has_op(g, "batch_norm"));
 }
 
@@ -208,7 +214,7 @@ TEST(BatchNormFoldingTest, KeepsLayerWithFusedActivation) {
       SCOPED_TRACE(str_cat(activation, linear ? " linear" : " conv2d"));
       Graph original = layer_norm_graph({.linear = linear, .activation = activation});
       Graph g = original;
-      EXPECT_EQ(fold_batch_norms(g, {.inference = true}), 0);
+      EXPECT_EQ(BatchNormFolding().run(g), 0);
       EXPECT_TRUE(has_op(g, "batch_norm"));
       // And the whole pipeline, run on it, changes no value.
       optimize(g, {.inference = true});

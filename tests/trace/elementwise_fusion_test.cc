@@ -53,7 +53,7 @@ int count(const Graph& g, const char* name) {
 TEST(ElementwiseFusionTest, FusesAChainIntoOneNode) {
   Graph g = chain_graph(8);
   const int line = static_cast<int>(g.nodes.back().where.line());
-  EXPECT_EQ(fuse_elementwise(g), 3);
+  EXPECT_EQ(ElementwiseFusion().run(g), 3);
   verify(g);
   ASSERT_EQ(g.nodes.size(), 1u);
   const Node& fused = g.nodes[0];
@@ -74,7 +74,7 @@ TEST(ElementwiseFusionTest, FusesADiamond) {
   ValueId b = node(g, "leaky_relu", {a}, {{"alpha", 0.1}});
   ValueId c = node(g, "clip", {a}, {{"min", -1.0}, {"max", 2.5}});
   g.add_output(node(g, "mul", {b, c}), "y");
-  EXPECT_EQ(fuse_elementwise(g), 3);
+  EXPECT_EQ(ElementwiseFusion().run(g), 3);
   verify(g);
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].attrs.get_string("program"),
@@ -94,7 +94,7 @@ TEST(ElementwiseFusionTest, AValueReadOutsideStopsFusion) {
   g.add_output(e, "e");
   g.add_output(b, "b");  // b leaves: {exp, neg} fuse.
   g.add_output(node(g, "sum", {d}, {{"axes", std::vector<int64_t>{0}}}), "s");  // d leaves too.
-  EXPECT_EQ(fuse_elementwise(g), 2);
+  EXPECT_EQ(ElementwiseFusion().run(g), 2);
   verify(g);
   EXPECT_EQ(count(g, "fused_elementwise"), 2);  // {exp, neg}, {tanh, sqrt}; abs alone.
   EXPECT_EQ(count(g, "abs"), 1);
@@ -111,7 +111,7 @@ TEST(ElementwiseFusionTest, LeavesBroadcastsIntegersAndSingletons) {
   ValueId a = node(g, "add", {node(g, "exp", {x}), row});  // exp alone, add broadcasts.
   g.add_output(a, "a");
   g.add_output(node(g, "relu", {node(g, "neg", {i})}), "i");
-  EXPECT_EQ(fuse_elementwise(g), 0);
+  EXPECT_EQ(ElementwiseFusion().run(g), 0);
   EXPECT_EQ(g.nodes.size(), 4u);
   verify(g);  // Untouched nodes are intact, not moved-from shells.
 }
@@ -127,7 +127,7 @@ TEST(ElementwiseFusionTest, FusesEveryFusableOp) {
     ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
     std::vector<ValueId> operands(static_cast<size_t>(def->elementwise->arity), x);
     g.add_output(node(g, "neg", {g.add_node(*def, {}, operands)[0]}), "y");
-    EXPECT_EQ(fuse_elementwise(g), 1);
+    EXPECT_EQ(ElementwiseFusion().run(g), 1);
     ASSERT_EQ(g.nodes.size(), 1u);
     EXPECT_THAT(g.nodes[0].attrs.get_string("program"), HasSubstr(str_cat("r0=", def->name, "(")));
     ++fused;
@@ -172,7 +172,7 @@ Tensor random(Shape shape, DType dtype, int64_t seed, double low = -2, double hi
 // Runs `g` unfused and fused on the same inputs; the results must be equal.
 void expect_same_results(Graph g, absl::Span<const Tensor> inputs) {
   Graph fused = g;
-  ASSERT_GT(fuse_elementwise(fused), 0);
+  ASSERT_GT(ElementwiseFusion().run(fused), 0);
   verify(fused);
   std::vector<Tensor> want = Executor(std::move(g)).run(inputs);
   std::vector<Tensor> got = Executor(std::move(fused)).run(inputs);
@@ -223,7 +223,7 @@ TEST(ElementwiseFusionTest, EveryInstructionMatchesUnfused) {
     ValueId out = node(g, "add", {node(g, "add", {a, b}), c});
     g.add_output(out, "out");
     Graph copy = g;
-    EXPECT_EQ(fuse_elementwise(copy), static_cast<int>(g.nodes.size()) - 1);
+    EXPECT_EQ(ElementwiseFusion().run(copy), static_cast<int>(g.nodes.size()) - 1);
     expect_same_results(std::move(g), {random({n}, dtype, 4), random({n}, dtype, 5, 0.5, 2),
                                        random({1}, dtype, 6)});
   }

@@ -56,7 +56,7 @@ TEST(DeadCodeTest, RemovesNodesThatReachNoOutputAndKeepsInputs) {
   ValueId b = g.add_node(op("neg"), {}, {a})[0];
   g.add_output(b, "b");
   (void)unused;
-  EXPECT_EQ(eliminate_dead_code(g), 2);
+  EXPECT_EQ(DeadCodeElimination().run(g), 2);
   verify(g);
   ASSERT_EQ(g.nodes.size(), 2u);
   EXPECT_EQ(g.nodes[0].op->name, "exp");
@@ -73,7 +73,7 @@ TEST(DeadCodeTest, DropsUnreadConstantsAndKeepsOtherInputs) {
   ValueId c = g.add_constant("c", kernels::call1("full", {}, {{"shape", std::vector<int64_t>{4}}}));
   g.add_constant("unused", kernels::call1("full", {}, {{"shape", std::vector<int64_t>{2}}}));
   g.add_output(g.add_node(op("add"), {}, {x, c})[0], "y");
-  EXPECT_EQ(eliminate_dead_code(g), 1);
+  EXPECT_EQ(DeadCodeElimination().run(g), 1);
   verify(g);
   ASSERT_EQ(g.inputs.size(), 3u);
   EXPECT_EQ(g.inputs[0].name, "x");
@@ -89,7 +89,7 @@ TEST(CommonSubexpressionTest, MergesEqualCallsAndRewiresReaders) {
   ValueId s = g.add_node(op("add"), {}, {a1, a2})[0];
   g.add_output(s, "s");
   g.add_output(a2, "a2");
-  EXPECT_EQ(eliminate_common_subexpressions(g), 1);
+  EXPECT_EQ(CommonSubexpressionElimination().run(g), 1);
   verify(g);
   ASSERT_EQ(g.nodes.size(), 2u);
   EXPECT_EQ(g.nodes[1].inputs[0], g.nodes[1].inputs[1]);
@@ -103,7 +103,7 @@ TEST(CommonSubexpressionTest, KeepsCallsWhoseAttributesDifferBeyondPrintedDigits
   ValueId a = g.add_node(op("leaky_relu"), {{"alpha", 0.1}}, {x})[0];
   ValueId b = g.add_node(op("leaky_relu"), {{"alpha", 0.1000001}}, {x})[0];
   g.add_output(g.add_node(op("add"), {}, {a, b})[0], "s");
-  EXPECT_EQ(eliminate_common_subexpressions(g), 0);
+  EXPECT_EQ(CommonSubexpressionElimination().run(g), 0);
 }
 
 TEST(CommonSubexpressionTest, KeepsRandomOpsWithDifferentSeeds) {
@@ -113,7 +113,7 @@ TEST(CommonSubexpressionTest, KeepsRandomOpsWithDifferentSeeds) {
   ValueId r2 =
       g.add_node(op("rand"), {{"shape", std::vector<int64_t>{3}}, {"seed", int64_t{2}}}, {})[0];
   g.add_output(g.add_node(op("add"), {}, {r1, r2})[0], "s");
-  EXPECT_EQ(eliminate_common_subexpressions(g), 0);
+  EXPECT_EQ(CommonSubexpressionElimination().run(g), 0);
 }
 
 // x -> n unary ops in a chain -> output: at most two intermediates are alive

@@ -20,7 +20,7 @@ bool is_fusable_activation(const kernels::OpDef* activation) {
 
 }  // namespace
 
-int fuse_activations(Graph& graph) {
+int ActivationFusion::run(Graph& graph) {
   const kernels::OpDef* conv2d = &op("conv2d");
   const kernels::OpDef* linear = &op("linear");
 

@@ -22,11 +22,18 @@
 // all come later) and keeps the layer's source location.
 #pragma once
 
+#include <string_view>
+
 #include "trace/graph.h"
+#include "trace/passes/pass.h"
 
 namespace tandem::trace {
 
-// Returns the number of activation nodes removed.
-int fuse_activations(Graph& graph);
+// Counts the activation nodes removed.
+class ActivationFusion final : public Pass {
+ public:
+  std::string_view name() const override { return "activation_fusion"; }
+  int run(Graph& graph) override;
+};
 
 }  // namespace tandem::trace

@@ -54,10 +54,8 @@ void rewrite(Graph& graph, Match& match) {
 
 }  // namespace
 
-namespace {
-
 // One sweep: folds every batch_norm whose input a layer makes right now.
-int fold_once(Graph& graph) {
+int BatchNormFolding::run(Graph& graph) {
   const kernels::OpDef* batch_norm = &op("batch_norm");
   const kernels::OpDef* conv2d = &op("conv2d");
   const kernels::OpDef* linear = &op("linear");
@@ -112,18 +110,6 @@ int fold_once(Graph& graph) {
   graph.nodes = std::move(ordered);
   graph.compact();
   return static_cast<int>(matches.size());
-}
-
-}  // namespace
-
-int fold_batch_norms(Graph& graph, const OptimizeOptions& options) {
-  if (!options.inference) return 0;
-  // A folded layer writes what its batch_norm wrote, so a second batch_norm
-  // reading that (two in a row) now follows a layer too: sweep until none
-  // folds, so that the pass leaves nothing a second run would fold.
-  int folded = 0;
-  for (int n = fold_once(graph); n > 0; n = fold_once(graph)) folded += n;
-  return folded;
 }
 
 }  // namespace tandem::trace

@@ -15,7 +15,8 @@
 // constants, constant folding folds them.)
 //
 // Valid only when:
-//   - options.inference is set (a graph that trains needs the conv's own
+//   - the graph is for inference (the pipeline runs this pass only with
+//     OptimizeOptions::inference; a graph that trains needs the conv's own
 //     output, e.g. for gradients, and batch statistics);
 //   - batch_norm has training = false, so it uses the running statistics,
 //     and its mean/var outputs (copies of them) are unread;
@@ -31,14 +32,21 @@
 // to share one floating dtype.
 #pragma once
 
+#include <string_view>
+
 #include "trace/graph.h"
-#include "trace/passes/pipeline.h"
+#include "trace/passes/pass.h"
 
 namespace tandem::trace {
 
-// Returns the number of batch_norm nodes folded (0 unless options.inference).
-// Runs to a fixed point: a chain layer -> batch_norm -> batch_norm folds
-// whole, and a second run folds nothing.
-int fold_batch_norms(Graph& graph, const OptimizeOptions& options);
+// Counts the batch_norm nodes folded. One run folds every pair it finds;
+// a folded layer writes what its batch_norm wrote, so in a chain
+// layer -> batch_norm -> batch_norm the second pair appears only then: the
+// pipeline runs the pass under FixedPoint, which folds the chain whole.
+class BatchNormFolding final : public Pass {
+ public:
+  std::string_view name() const override { return "batch_norm_folding"; }
+  int run(Graph& graph) override;
+};
 
 }  // namespace tandem::trace

@@ -9,7 +9,7 @@
 
 namespace tandem::trace {
 
-int eliminate_common_subexpressions(Graph& graph) {
+int CommonSubexpressionElimination::run(Graph& graph) {
   // Every value a removed node wrote is replaced by its twin's.
   std::vector<ValueId> replacement(graph.values.size());
   for (size_t id = 0; id < replacement.size(); ++id) replacement[id] = static_cast<ValueId>(id);

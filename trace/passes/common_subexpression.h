@@ -6,11 +6,18 @@
 // apart and two with the same seed are the same mask.
 #pragma once
 
+#include <string_view>
+
 #include "trace/graph.h"
+#include "trace/passes/pass.h"
 
 namespace tandem::trace {
 
-// Returns the number of nodes removed.
-int eliminate_common_subexpressions(Graph& graph);
+// Counts the nodes removed.
+class CommonSubexpressionElimination final : public Pass {
+ public:
+  std::string_view name() const override { return "cse"; }
+  int run(Graph& graph) override;
+};
 
 }  // namespace tandem::trace

@@ -21,7 +21,7 @@ bool small_enough(const Graph& graph, const Node& node) {
 
 }  // namespace
 
-int fold_constants(Graph& graph) {
+int ConstantFolding::run(Graph& graph) {
   // The value of every value known at optimization time: constant inputs,
   // then the outputs of folded nodes.
   std::vector<Tensor> known(graph.values.size());

@@ -23,15 +23,21 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "trace/graph.h"
+#include "trace/passes/pass.h"
 
 namespace tandem::trace {
 
 // The largest output, in elements, that folding materializes.
 inline constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
 
-// Returns the number of nodes folded (and removed).
-int fold_constants(Graph& graph);
+// Counts the nodes folded (and removed).
+class ConstantFolding final : public Pass {
+ public:
+  std::string_view name() const override { return "constant_folding"; }
+  int run(Graph& graph) override;
+};
 
 }  // namespace tandem::trace

@@ -4,7 +4,7 @@
 
 namespace tandem::trace {
 
-int eliminate_dead_code(Graph& graph) {
+int DeadCodeElimination::run(Graph& graph) {
   std::vector<bool> live_value(graph.values.size(), false);
   for (const GraphOutput& output : graph.outputs) live_value[output.value] = true;
   std::vector<bool> live_node(graph.nodes.size(), false);

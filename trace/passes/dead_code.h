@@ -7,11 +7,18 @@
 // values are compacted away.
 #pragma once
 
+#include <string_view>
+
 #include "trace/graph.h"
+#include "trace/passes/pass.h"
 
 namespace tandem::trace {
 
-// Returns the number of nodes and constants removed.
-int eliminate_dead_code(Graph& graph);
+// Counts the nodes and constants removed.
+class DeadCodeElimination final : public Pass {
+ public:
+  std::string_view name() const override { return "dead_code"; }
+  int run(Graph& graph) override;
+};
 
 }  // namespace tandem::trace

@@ -82,7 +82,7 @@ Node fuse(const Graph& graph, const std::vector<int>& members) {
 
 }  // namespace
 
-int fuse_elementwise(Graph& graph) {
+int ElementwiseFusion::run(Graph& graph) {
   const size_t num_nodes = graph.nodes.size();
   std::vector<std::vector<int>> readers(graph.values.size());
   for (size_t n = 0; n < num_nodes; ++n) {

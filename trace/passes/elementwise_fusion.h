@@ -23,11 +23,18 @@
 // uses the same scalar math).
 #pragma once
 
+#include <string_view>
+
 #include "trace/graph.h"
+#include "trace/passes/pass.h"
 
 namespace tandem::trace {
 
-// Returns the number of nodes removed (a group of n nodes removes n - 1).
-int fuse_elementwise(Graph& graph);
+// Counts the nodes removed (a group of n nodes removes n - 1).
+class ElementwiseFusion final : public Pass {
+ public:
+  std::string_view name() const override { return "elementwise_fusion"; }
+  int run(Graph& graph) override;
+};
 
 }  // namespace tandem::trace
