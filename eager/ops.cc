@@ -6,7 +6,7 @@
 #include "core/tensor_observer.h"
 #include "eager/autograd.h"
 #include "kernels/dispatch.h"
-#include "kernels/ops/op_helpers.h"
+#include "kernels/scalar.h"
 
 namespace tandem {
 namespace {

@@ -18,7 +18,7 @@
 // in_range below) is an error on the CPU: the cast op fails naming the value
 // and the dtype, and a double written into an integer tensor (the value of
 // full and pad, arange's range, a scalar operand) is refused at the call
-// (check_value_fits in kernels/ops/op_helpers.h). A CUDA kernel cannot fail
+// (check_value_fits in kernels/scalar.h). A CUDA kernel cannot fail
 // its op without the host waiting for the data, so on the GPU convert()
 // saturates at the integer's range and maps NaN to 0, as it does for every
 // caller that wants a total conversion (clip's bounds, which may be

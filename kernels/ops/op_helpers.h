@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "kernels/attrs.h"
 #include "kernels/dispatch.h"
+#include "kernels/scalar.h"
 
 namespace tandem::kernels {
 
@@ -41,17 +42,6 @@ inline std::vector<Tensor> op_outputs(
 // like any op.
 Tensor zeros(const Shape& shape, DType dtype, Device device,
              std::source_location fallback = std::source_location::current());
-
-// Checks that `value` is a value of `dtype`, before a kernel converts it
-// (Note [Cast semantics] in kernels/element_cast.h): for an integer dtype,
-// an integer within its range, so NaN, infinities, fractions and values
-// beyond the range are refused, naming `what`, the value and the dtype. Any
-// value suits a floating dtype or bool.
-void check_value_fits(std::string_view what, double value, DType dtype);
-
-// A rank-0 tensor holding `value` in `dtype` (a constant operand for
-// broadcasting ops); check_value_fits("the scalar", ...) first.
-Tensor scalar_tensor(double value, DType dtype);
 
 // The single-input op's TensorMeta checks shared by many families.
 void check_floating(const char* what, DType dtype);
