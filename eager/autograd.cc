@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/known_ops.h"
 
 namespace tandem {
 namespace {
@@ -61,7 +63,7 @@ Tape& tape() {
 }
 
 Tensor accumulate(const Tensor& sum, const Tensor& addend) {
-  return sum.defined() ? kernels::call1("add", {sum, addend}) : addend;
+  return sum.defined() ? kernels::call1(kernels::elementwise::Add::kName, {sum, addend}) : addend;
 }
 
 // Every node reachable from `root`, producers after their consumers. Holds
@@ -148,8 +150,9 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     std::vector<int64_t> dims(shape().begin(), shape().end());
     // On the tensor's device: a gradient formula may broadcast the seed to a
     // full tensor, which must not land on the CPU beside GPU tensors.
-    seed = kernels::call1("ones", {},
-                          {{"shape", dims}, {"dtype", dtype()}, {"device", device().to_string()}});
+    seed = kernels::call1(kernels::ones_op(), {},
+                          {{"shape", dims}, {"dtype", dtype()}, {"device", device().to_string()}},
+                          std::source_location::current());
   }
   TANDEM_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward(): the gradient has ",
                "shape ", seed.shape().to_string(), " ", dtype_name(seed.dtype()), ", the tensor ",
@@ -191,7 +194,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
           if (grad_outputs[k].defined()) continue;
           const Tensor& out = node->outputs[k];
           grad_outputs[k] = kernels::call1(
-              "zeros", {},
+              kernels::zeros_op(), {},
               {{"shape", std::vector<int64_t>(out.shape().begin(), out.shape().end())},
                {"dtype", out.dtype()},
                {"device", out.device().to_string()}},

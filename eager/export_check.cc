@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "eager/ops.h"
 #include "kernels/dispatch.h"
+#include "kernels/known_ops.h"
 #include "serialization/model.h"
 #include "serialization/params.h"
 #include "trace/executor.h"
@@ -28,7 +29,9 @@ constexpr double kRelative = 1e-3;
 constexpr double kAbsolute = 1e-5;
 
 std::vector<double> values_of(const Tensor& t) {
-  return kernels::call1("cast", {t}, {{"dtype", DType::kFloat64}}).to_vector<double>();
+  return kernels::call1(kernels::cast_op(), {t}, {{"dtype", DType::kFloat64}},
+                        std::source_location::current())
+      .to_vector<double>();
 }
 
 // Where `got` and `want` part, or nullopt when they agree; `got_is` and
@@ -123,8 +126,9 @@ std::vector<Tensor> example_inputs(const trace::Graph& graph) {
     const trace::Value& v = graph.value(input.value);
     const std::vector<int64_t> dims(v.shape.begin(), v.shape.end());
     if (is_floating_point(v.dtype)) {
-      examples.push_back(
-          kernels::call1("randn", {}, {{"shape", dims}, {"dtype", v.dtype}, {"seed", seed++}}));
+      examples.push_back(kernels::call1(kernels::randn_op(), {},
+                                        {{"shape", dims}, {"dtype", v.dtype}, {"seed", seed++}},
+                                        std::source_location::current()));
     } else {
       examples.push_back(zeros(dims, v.dtype));
     }

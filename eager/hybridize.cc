@@ -17,6 +17,7 @@
 #include "eager/export_check.h"
 #include "eager/ops.h"
 #include "kernels/dispatch.h"
+#include "kernels/known_ops.h"
 #include "trace/passes/pipeline.h"
 #include "trace/subgraph.h"
 #include "trace/tracer.h"
@@ -134,7 +135,9 @@ Tensor ones_without_op(const Tensor& y) {
 }
 
 std::vector<double> values_of(const Tensor& t) {
-  return kernels::call1("cast", {t}, {{"dtype", DType::kFloat64}}).to_vector<double>();
+  return kernels::call1(kernels::cast_op(), {t}, {{"dtype", DType::kFloat64}},
+                        std::source_location::current())
+      .to_vector<double>();
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "core/engine/object_pool.h"
 #include "core/error.h"
 #include "kernels/cpu/team_binding.h"
+#include "kernels/known_ops.h"
 #include "kernels/thread_budget.h"
 
 namespace tandem::kernels {
@@ -264,8 +265,7 @@ Outputs dispatch_with_scalars_on(Device device, const OpDef& op, absl::Span<cons
   absl::InlinedVector<Tensor, 4> moved(inputs.begin(), inputs.end());
   for (Tensor& t : moved) {
     if (is_cpu_scalar(t)) {
-      t = call1(Registry::global().get("to_device"), {t}, Attrs{{"device", device.to_string()}},
-                where);
+      t = call1(to_device_op(), {t}, Attrs{{"device", device.to_string()}}, where);
     }
   }
   return dispatch(op, moved, attrs, where);

@@ -54,7 +54,7 @@ std::vector<const OpDef*> Registry::all() const {
   return ops;
 }
 
-void Registry::add(OpDef def) {
+void Registry::add(OpDef def, std::source_location where) {
   TANDEM_INTERNAL_ASSERT(!def.name.empty(), "an op without a name");
   TANDEM_INTERNAL_ASSERT(!ops_.contains(def.name), "op '", def.name, "' registered twice");
   TANDEM_INTERNAL_ASSERT(def.infer != nullptr, "op '", def.name, "' has no shape inference");
@@ -70,15 +70,22 @@ void Registry::add(OpDef def) {
       def.defaults.set(spec.name, spec.default_value);
     }
   }
+  def.defined_in.push_back(where.file_name());
   std::string name = def.name;
   ops_.emplace(std::move(name), std::make_unique<OpDef>(std::move(def)));
 }
 
-void Registry::set_cuda_kernel(std::string_view name, KernelFn kernel) {
+void Registry::set_cuda_kernel(std::string_view name, KernelFn kernel, std::source_location where) {
   auto it = ops_.find(absl::string_view(name.data(), name.size()));
   TANDEM_INTERNAL_ASSERT(it != ops_.end(), "a CUDA kernel for unknown op '", name, "'");
   TANDEM_INTERNAL_ASSERT(it->second->cuda == nullptr, "op '", name, "' has two CUDA kernels");
   it->second->cuda = kernel;
+  it->second->defined_in.push_back(where.file_name());
+}
+
+bool has_attr(const OpDef& op, std::string_view name) {
+  return std::any_of(op.attrs.begin(), op.attrs.end(),
+                     [&](const AttrSpec& spec) { return spec.name == name; });
 }
 
 Attrs resolve_attrs(const OpDef& op, const Attrs& given) {

@@ -13,12 +13,16 @@
 //   }
 //
 // Eager dispatch (dispatch.h), autograd, the tracer, the graph passes and the
-// model loader all read this table; nothing anywhere switches on op names.
+// model loader all read this table; nothing anywhere switches on op names:
+// an op's name is written where it is defined and in its eager wrapper only
+// (others read its traits or hold a handle from known_ops.h), which
+// tests/kernels/op_name_literals_test.cc checks.
 // A family's register function is listed once, in registry.cc.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -131,6 +135,11 @@ struct OpDef {
   // whether any attribute is required.
   Attrs defaults = {};
   bool has_required_attrs = false;
+  // Filled by Registry::add and set_cuda_kernel: the source files that
+  // define the op (where it was added, where its CUDA kernel was set), the
+  // only files besides its eager wrapper that write its name
+  // (tests/kernels/op_name_literals_test.cc).
+  std::vector<std::string> defined_in = {};
 };
 
 class Registry {
@@ -146,10 +155,11 @@ class Registry {
 
   // Adds an op; throws tandem::Error if the definition is incomplete or the
   // name is taken. Used by the family register functions.
-  void add(OpDef def);
+  void add(OpDef def, std::source_location where = std::source_location::current());
   // Fills the CUDA kernel slot of a registered op, once. Used by the CUDA
   // backend (kernels/cuda/), which registers after every op family.
-  void set_cuda_kernel(std::string_view name, KernelFn kernel);
+  void set_cuda_kernel(std::string_view name, KernelFn kernel,
+                       std::source_location where = std::source_location::current());
 
  private:
   absl::flat_hash_map<std::string, std::unique_ptr<OpDef>> ops_;
@@ -173,6 +183,9 @@ const OpDef& op() {
   static const OpDef& def = Registry::global().get(kName.chars);
   return def;
 }
+
+// Whether the op's schema has an attribute of that name.
+bool has_attr(const OpDef& op, std::string_view name);
 
 // The op's attributes with defaults filled in; throws tandem::Error naming the
 // op for unknown or missing attributes and wrong types.

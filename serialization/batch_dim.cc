@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/known_ops.h"
 
 namespace tandem::serialization {
 
@@ -35,12 +36,12 @@ void generalize_batch(trace::Graph& graph, int64_t batch) {
     bool reads_batch = false;
     for (trace::ValueId id : node.inputs) reads_batch = reads_batch || batched[id];
     if (!reads_batch) continue;
-    const std::string& op = node.op->name;
+    const kernels::OpDef* op = node.op;
     const bool on_batch_axis =
         node.attrs.has("axis") && batched[node.inputs[0]] &&
         (node.attrs.get_int("axis") == 0 ||
          node.attrs.get_int("axis") == -graph.value(node.inputs[0]).shape.rank());
-    if (op == "slice" && on_batch_axis) {
+    if (op == &kernels::slice_op() && on_batch_axis) {
       // Rows [0, batch) of the batch: all of it, at any batch size. Any
       // other rows would stay those rows at another batch size, where eager
       // code (slicing by its own batch's size) would take others.
@@ -50,16 +51,17 @@ void generalize_batch(trace::Graph& graph, int64_t batch) {
                                   node.attrs.get_int("end"), ") of the batch dimension"));
       node.attrs.set("end", std::numeric_limits<int64_t>::max());
     }
-    TANDEM_CHECK(!(op == "split" && on_batch_axis),
+    TANDEM_CHECK(!(op == &kernels::split_op() && on_batch_axis),
                  pins_the_batch(node, "splits the batch dimension into fixed sizes"));
-    if ((op == "reshape" || op == "expand") && batched[node.inputs[0]]) {
+    const bool reshape = op == &kernels::reshape_op();
+    if ((reshape || op == &kernels::expand_op()) && batched[node.inputs[0]]) {
       std::vector<int64_t> target = node.attrs.get_ints("shape");
       const bool has_inferred = std::find(target.begin(), target.end(), -1) != target.end();
       // reshape allows one -1; expand's -1 keeps the input's dimension at the
       // same place, which is dimension 0 only when the ranks agree.
-      const bool applies = op == "reshape" ? !has_inferred
-                                           : graph.value(node.inputs[0]).shape.rank() ==
-                                                 static_cast<int>(target.size());
+      const bool applies =
+          reshape ? !has_inferred
+                  : graph.value(node.inputs[0]).shape.rank() == static_cast<int>(target.size());
       if (!target.empty() && target[0] == batch && applies) {
         target[0] = -1;
         node.attrs.set("shape", std::move(target));

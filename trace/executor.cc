@@ -12,6 +12,7 @@
 #include "core/engine/engine.h"
 #include "core/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/known_ops.h"
 
 namespace tandem::trace {
 namespace {
@@ -242,8 +243,9 @@ Executor::Executor(Graph graph, ExecutorOptions options) {
       // Weights of a graph loaded on the CPU, replayed on a GPU: moved once.
       fixed[input.value] = input.constant.device() == options.device
                                ? input.constant
-                               : kernels::call1("to_device", {input.constant},
-                                                {{"device", options.device.to_string()}});
+                               : kernels::call1(kernels::to_device_op(), {input.constant},
+                                                {{"device", options.device.to_string()}},
+                                                std::source_location::current());
       p.input_position.push_back(-1);
     } else {
       external[input.value] = p.num_call_inputs;

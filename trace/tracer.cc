@@ -1,15 +1,12 @@
 #include "trace/tracer.h"
 
 #include "core/error.h"
+#include "kernels/known_ops.h"
 
 namespace tandem::trace {
 namespace {
 
 thread_local int active_tracers = 0;
-
-const kernels::OpDef& op_named(std::string_view name) {
-  return kernels::Registry::global().get(name);
-}
 
 std::vector<int64_t> dims_of(const Shape& shape) { return {shape.begin(), shape.end()}; }
 
@@ -106,20 +103,21 @@ ValueId Tracer::record_view(const Tensor& tensor, const Known& base,
     // The whole base under another shape.
   } else if (base.shape.rank() > 0 && row > 0 && begin % row == 0 && count % row == 0) {
     id = graph_.add_node(
-        op_named("slice"),
+        kernels::slice_op(),
         {{"axis", int64_t{0}}, {"begin", begin / row}, {"end", (begin + count) / row}}, {id},
         where)[0];
   } else {
     if (base.shape.rank() != 1) {
-      id = graph_.add_node(op_named("reshape"), {{"shape", std::vector<int64_t>{-1}}}, {id},
+      id = graph_.add_node(kernels::reshape_op(), {{"shape", std::vector<int64_t>{-1}}}, {id},
                            where)[0];
     }
-    id = graph_.add_node(op_named("slice"),
+    id = graph_.add_node(kernels::slice_op(),
                          {{"axis", int64_t{0}}, {"begin", begin}, {"end", begin + count}}, {id},
                          where)[0];
   }
   if (graph_.value(id).shape != tensor.shape()) {
-    id = graph_.add_node(op_named("reshape"), {{"shape", dims_of(tensor.shape())}}, {id}, where)[0];
+    id = graph_.add_node(kernels::reshape_op(), {{"shape", dims_of(tensor.shape())}}, {id},
+                         where)[0];
   }
   remember(tensor, id);
   return id;

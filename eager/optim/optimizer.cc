@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "eager/ops.h"
 #include "kernels/dispatch.h"
+#include "kernels/known_ops.h"
 
 namespace tandem::optim {
 namespace {
@@ -53,9 +54,9 @@ void Optimizer::set_lr(double lr) {
 }
 
 Tensor Optimizer::fused_update(const char* program, std::initializer_list<Tensor> inputs) {
-  return kernels::call1("fused_elementwise",
+  return kernels::call1(kernels::fused_elementwise_op(),
                         absl::Span<const Tensor>(inputs.begin(), inputs.size()),
-                        {{"program", std::string(program)}});
+                        {{"program", std::string(program)}}, std::source_location::current());
 }
 
 void Optimizer::follow_param_device(const Tensor& state, size_t i) const {

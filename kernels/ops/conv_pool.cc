@@ -33,6 +33,7 @@
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/primitive_cache.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -738,6 +739,8 @@ std::vector<AttrSpec> plus(std::vector<AttrSpec> attrs, const char* shape_name) 
 }
 
 }  // namespace
+
+const OpDef& conv2d_op() { return op<"conv2d">(); }
 
 void register_conv_pool_ops(Registry& registry) {
   std::vector<AttrSpec> conv2d_attrs = conv_attrs();

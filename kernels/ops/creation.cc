@@ -12,6 +12,8 @@
 #include "kernels/counter_rng.h"
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/element_cast.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -160,7 +162,7 @@ void dropout_kernel(const KernelContext& c) {
 std::vector<Tensor> dropout_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   if (!g.defined()) return {Tensor()};
-  return {op("mul", {g, c.outputs[1]})};
+  return {op(elementwise::Mul::kName, {g, c.outputs[1]})};
 }
 
 AttrSpec required(std::string name, AttrValue type) {
@@ -189,6 +191,11 @@ OpDef creation(std::string name, std::vector<AttrSpec> attrs, InferFn infer, Ker
 }
 
 }  // namespace
+
+const OpDef& zeros_op() { return op<"zeros">(); }
+const OpDef& ones_op() { return op<"ones">(); }
+const OpDef& full_op() { return op<"full">(); }
+const OpDef& randn_op() { return op<"randn">(); }
 
 void register_creation_ops(Registry& registry) {
   registry.add(creation("zeros", {required("shape", Ints{}), optional("dtype", DType::kFloat32)},

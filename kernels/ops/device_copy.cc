@@ -8,6 +8,7 @@
 // device itself, as in PyTorch).
 #include <cstring>
 
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -36,6 +37,8 @@ std::vector<Tensor> to_device_gradient(const GradContext& c) {
 }
 
 }  // namespace
+
+const OpDef& to_device_op() { return op<"to_device">(); }
 
 void register_device_copy_ops(Registry& registry) {
   registry.add({.name = "to_device",

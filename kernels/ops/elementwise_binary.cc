@@ -12,6 +12,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/integer_math.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -254,7 +255,8 @@ std::vector<Tensor> add_gradient(const GradContext& c) {
 
 std::vector<Tensor> sub_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
-  return {sum_to(g, c.inputs[0].shape()), sum_to(op("neg", {g}), c.inputs[1].shape())};
+  return {sum_to(g, c.inputs[0].shape()),
+          sum_to(op(elementwise::Neg::kName, {g}), c.inputs[1].shape())};
 }
 
 std::vector<Tensor> mul_gradient(const GradContext& c) {
@@ -269,7 +271,8 @@ std::vector<Tensor> div_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   Tensor g_over_b = op("div", {g, c.inputs[1]});
   return {sum_to(g_over_b, c.inputs[0].shape()),
-          sum_to(op("neg", {op("mul", {g_over_b, c.outputs[0]})}), c.inputs[1].shape())};
+          sum_to(op(elementwise::Neg::kName, {op("mul", {g_over_b, c.outputs[0]})}),
+                 c.inputs[1].shape())};
 }
 
 // d(a^b) = g*b*a^(b-1), g*a^b*log(a).
@@ -279,7 +282,7 @@ std::vector<Tensor> pow_gradient(const GradContext& c) {
   const Tensor& b = c.inputs[1];
   Tensor b_minus_one = op("sub", {b, scalar_tensor(1, b.dtype())});
   Tensor grad_a = op("mul", {g, op("mul", {b, op("pow", {a, b_minus_one})})});
-  Tensor grad_b = op("mul", {g, op("mul", {c.outputs[0], op("log", {a})})});
+  Tensor grad_b = op("mul", {g, op("mul", {c.outputs[0], op(elementwise::Log::kName, {a})})});
   return {sum_to(grad_a, a.shape()), sum_to(grad_b, b.shape())};
 }
 
@@ -289,7 +292,7 @@ std::vector<Tensor> select_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   const Tensor& a = c.inputs[0];
   const Tensor& b = c.inputs[1];
-  Tensor mask = op("cast", {op(kSelectsA, {a, b})}, {{"dtype", g.dtype()}});
+  Tensor mask = op(cast_op(), {op(kSelectsA, {a, b})}, {{"dtype", g.dtype()}});
   Tensor grad_a = op("mul", {g, mask});
   return {sum_to(grad_a, a.shape()), sum_to(op("sub", {g, grad_a}), b.shape())};
 }
@@ -321,6 +324,12 @@ OpDef comparison(std::string name, KernelFn kernel, std::string doc) {
 }
 
 }  // namespace
+
+const OpDef& eq_op() { return op<"eq">(); }
+const OpDef& lt_op() { return op<"lt">(); }
+const OpDef& le_op() { return op<"le">(); }
+const OpDef& gt_op() { return op<"gt">(); }
+const OpDef& ge_op() { return op<"ge">(); }
 
 void register_elementwise_binary_ops(Registry& registry) {
   registry.add(arithmetic<elementwise::Add>(arithmetic_kernel<Add>, add_gradient, "a + b"));

@@ -17,6 +17,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/element_cast.h"
 #include "kernels/elementwise_ops.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -91,12 +92,12 @@ struct GradientBuilder {
   GradExpr none() const { return {}; }
   // A bool condition as 1 and 0 of the gradient's dtype.
   GradExpr mask(const GradExpr& cond) const {
-    return {op("cast", {cond.t}, {{"dtype", g.t.dtype()}})};
+    return {op(cast_op(), {cond.t}, {{"dtype", g.t.dtype()}})};
   }
-  GradExpr gt(const GradExpr& a, double b) const { return binary("gt", a, b); }
-  GradExpr ge(const GradExpr& a, double b) const { return binary("ge", a, b); }
-  GradExpr lt(const GradExpr& a, double b) const { return binary("lt", a, b); }
-  GradExpr le(const GradExpr& a, double b) const { return binary("le", a, b); }
+  GradExpr gt(const GradExpr& a, double b) const { return binary(gt_op().name, a, b); }
+  GradExpr ge(const GradExpr& a, double b) const { return binary(ge_op().name, a, b); }
+  GradExpr lt(const GradExpr& a, double b) const { return binary(lt_op().name, a, b); }
+  GradExpr le(const GradExpr& a, double b) const { return binary(le_op().name, a, b); }
   // cond ? a : b, where a double is a scalar of the gradient's dtype.
   template <class A, class B>
   GradExpr where(const GradExpr& cond, const A& a, const B& b) const {
@@ -295,7 +296,7 @@ void where_kernel(const KernelContext& c) {
 std::vector<Tensor> cast_gradient(const GradContext& c) {
   DType from = c.inputs[0].dtype();
   if (!is_floating_point(from) || !is_floating_point(c.outputs[0].dtype())) return {Tensor()};
-  return {op("cast", {c.grad_outputs[0]}, {{"dtype", from}})};
+  return {op(cast_op(), {c.grad_outputs[0]}, {{"dtype", from}})};
 }
 
 std::vector<Tensor> where_gradient(const GradContext& c) {
@@ -307,6 +308,8 @@ std::vector<Tensor> where_gradient(const GradContext& c) {
 }
 
 }  // namespace
+
+const OpDef& cast_op() { return op<"cast">(); }
 
 void register_elementwise_unary_ops(Registry& registry) {
   register_unary_ops(registry, static_cast<elementwise::UnaryOps*>(nullptr));

@@ -32,6 +32,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/fused_program.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/registry.h"
 
@@ -135,6 +136,8 @@ void fused_kernel(const KernelContext& c) {
 }
 
 }  // namespace
+
+const OpDef& fused_elementwise_op() { return op<"fused_elementwise">(); }
 
 void register_fused_elementwise_ops(Registry& registry) {
   registry.add(

@@ -19,6 +19,7 @@
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/primitive_cache.h"
 #include "kernels/cpu/row_linear.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -268,7 +269,7 @@ void matmul_kernel(const KernelContext& c) {
 Tensor reshape(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
   std::vector<int64_t> dims(shape.begin(), shape.end());
-  return op("reshape", {t}, {{"shape", dims}});
+  return op(reshape_op(), {t}, {{"shape", dims}});
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
@@ -403,12 +404,14 @@ std::vector<Tensor> linear_gradient(const GradContext& c) {
     for (int axis = 0; axis + 1 < x.rank(); ++axis) rows *= x.shape()[axis];
     Tensor g2 = reshape(g, Shape{rows, out});
     grad_w = matmul(g2, reshape(x, Shape{rows, in}), true, false);
-    grad_b = op("sum", {g2}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", false}});
+    grad_b = op(sum_op(), {g2}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", false}});
   }
   return {grad_x, grad_w, grad_b};
 }
 
 }  // namespace
+
+const OpDef& linear_op() { return op<"linear">(); }
 
 void register_matmul_ops(Registry& registry) {
   registry.add({.name = "matmul",

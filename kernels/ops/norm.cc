@@ -25,6 +25,7 @@
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/primitive_cache.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -395,6 +396,8 @@ std::vector<AttrSpec> layer_norm_attrs() {
 }
 
 }  // namespace
+
+const OpDef& batch_norm_op() { return op<"batch_norm">(); }
 
 void register_norm_ops(Registry& registry) {
   registry.add({.name = "batch_norm",

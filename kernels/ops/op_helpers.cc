@@ -1,6 +1,7 @@
 #include "kernels/ops/op_helpers.h"
 
 #include "core/error.h"
+#include "kernels/known_ops.h"
 
 namespace tandem::kernels {
 
@@ -10,7 +11,7 @@ std::source_location enclosing_call_site(const std::source_location& fallback) {
 }
 
 Tensor zeros(const Shape& shape, DType dtype, Device device, std::source_location fallback) {
-  return op("zeros", {},
+  return op(zeros_op(), {},
             {{"shape", std::vector<int64_t>(shape.begin(), shape.end())},
              {"dtype", dtype},
              {"device", device.to_string()}},

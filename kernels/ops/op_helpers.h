@@ -30,6 +30,10 @@ inline Tensor op(std::string_view name, absl::Span<const Tensor> inputs, const A
                  std::source_location fallback = std::source_location::current()) {
   return call1(name, inputs, attrs, enclosing_call_site(fallback));
 }
+inline Tensor op(const OpDef& def, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
+                 std::source_location fallback = std::source_location::current()) {
+  return call1(def, inputs, attrs, enclosing_call_site(fallback));
+}
 // The same for ops with several outputs (split, the backward ops).
 inline std::vector<Tensor> op_outputs(
     std::string_view name, absl::Span<const Tensor> inputs, const Attrs& attrs = {},

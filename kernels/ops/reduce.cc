@@ -11,7 +11,9 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/integer_math.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -231,8 +233,8 @@ Tensor expand_back(const Tensor& g, const Tensor& x, const Attrs& attrs) {
   Shape keep = keepdims_shape(x.shape(), axes);
   std::vector<int64_t> keep_dims(keep.begin(), keep.end());
   std::vector<int64_t> x_dims(x.shape().begin(), x.shape().end());
-  Tensor kept = g.shape() == keep ? g : op("reshape", {g}, {{"shape", keep_dims}});
-  return op("expand", {kept}, {{"shape", x_dims}});
+  Tensor kept = g.shape() == keep ? g : op(reshape_op(), {g}, {{"shape", keep_dims}});
+  return op(expand_op(), {kept}, {{"shape", x_dims}});
 }
 
 std::vector<Tensor> sum_gradient(const GradContext& c) {
@@ -244,34 +246,37 @@ std::vector<Tensor> mean_gradient(const GradContext& c) {
   double count = x.numel() == 0
                      ? 1
                      : static_cast<double>(x.numel() / std::max<int64_t>(c.outputs[0].numel(), 1));
-  return {op("div", {expand_back(c.grad_outputs[0], x, c.attrs), scalar_tensor(count, x.dtype())})};
+  return {op(elementwise::Div::kName,
+             {expand_back(c.grad_outputs[0], x, c.attrs), scalar_tensor(count, x.dtype())})};
 }
 
 // Ties share the gradient equally.
 std::vector<Tensor> max_min_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
-  Tensor selected =
-      op("cast", {op("eq", {x, expand_back(c.outputs[0], x, c.attrs)})}, {{"dtype", x.dtype()}});
+  Tensor selected = op(cast_op(), {op(eq_op(), {x, expand_back(c.outputs[0], x, c.attrs)})},
+                       {{"dtype", x.dtype()}});
   Attrs keep = c.attrs;
   keep.set("keepdims", true);
-  Tensor ties = op("sum", {selected}, keep);
-  Tensor share = op(
-      "div", {selected, op("expand", {ties},
-                           {{"shape", std::vector<int64_t>(x.shape().begin(), x.shape().end())}})});
-  return {op("mul", {expand_back(c.grad_outputs[0], x, c.attrs), share})};
+  Tensor ties = op(sum_op(), {selected}, keep);
+  Tensor share =
+      op(elementwise::Div::kName,
+         {selected, op(expand_op(), {ties},
+                       {{"shape", std::vector<int64_t>(x.shape().begin(), x.shape().end())}})});
+  return {op(elementwise::Mul::kName, {expand_back(c.grad_outputs[0], x, c.attrs), share})};
 }
 
 // d var / dx = 2 (x - mean) / (N - correction).
 std::vector<Tensor> var_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
   Attrs keep{{"axes", c.attrs.get_ints("axes")}, {"keepdims", true}};
-  Tensor mean = op("mean", {x}, keep);
+  Tensor mean = op(mean_op(), {x}, keep);
   std::vector<int64_t> x_dims(x.shape().begin(), x.shape().end());
-  Tensor centered = op("sub", {x, op("expand", {mean}, {{"shape", x_dims}})});
+  Tensor centered = op(elementwise::Sub::kName, {x, op(expand_op(), {mean}, {{"shape", x_dims}})});
   double count = static_cast<double>(x.numel() / std::max<int64_t>(c.outputs[0].numel(), 1));
   double scale = 2.0 / (count - static_cast<double>(c.attrs.get_int("correction")));
-  return {op("mul", {expand_back(c.grad_outputs[0], x, c.attrs),
-                     op("mul", {centered, scalar_tensor(scale, x.dtype())})})};
+  return {op(elementwise::Mul::kName,
+             {expand_back(c.grad_outputs[0], x, c.attrs),
+              op(elementwise::Mul::kName, {centered, scalar_tensor(scale, x.dtype())})})};
 }
 
 std::vector<AttrSpec> reduce_attrs() {
@@ -279,6 +284,9 @@ std::vector<AttrSpec> reduce_attrs() {
 }
 
 }  // namespace
+
+const OpDef& sum_op() { return op<"sum">(); }
+const OpDef& mean_op() { return op<"mean">(); }
 
 void register_reduce_ops(Registry& registry) {
   registry.add({.name = "sum",

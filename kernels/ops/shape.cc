@@ -14,6 +14,7 @@
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/element_cast.h"
 #include "kernels/elementwise_ops.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -687,6 +688,11 @@ AttrSpec optional(std::string name, AttrValue value) {
 }
 
 }  // namespace
+
+const OpDef& reshape_op() { return op<"reshape">(); }
+const OpDef& expand_op() { return op<"expand">(); }
+const OpDef& slice_op() { return op<"slice">(); }
+const OpDef& split_op() { return op<"split">(); }
 
 void register_shape_ops(Registry& registry) {
   constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();

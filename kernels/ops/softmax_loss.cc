@@ -19,6 +19,8 @@
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/primitive_cache.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
 #include "kernels/ops/op_helpers.h"
 #include "kernels/registry.h"
@@ -97,7 +99,7 @@ void softmax_kernel(const KernelContext& c) {
 }
 
 Tensor sum_keep(const Tensor& t, int64_t axis) {
-  return op("sum", {t}, {{"axes", std::vector<int64_t>{axis}}, {"keepdims", true}});
+  return op(sum_op(), {t}, {{"axes", std::vector<int64_t>{axis}}, {"keepdims", true}});
 }
 
 // dx = y * (g - sum(g * y)) along the axis.
@@ -105,7 +107,9 @@ std::vector<Tensor> softmax_gradient(const GradContext& c) {
   const Tensor& y = c.outputs[0];
   const Tensor& g = c.grad_outputs[0];
   int64_t axis = softmax_axis(y.shape(), c.attrs);
-  return {op("mul", {y, op("sub", {g, sum_keep(op("mul", {g, y}), axis)})})};
+  return {op(
+      elementwise::Mul::kName,
+      {y, op(elementwise::Sub::kName, {g, sum_keep(op(elementwise::Mul::kName, {g, y}), axis)})})};
 }
 
 // dx = g - exp(y) * sum(g) along the axis.
@@ -113,7 +117,9 @@ std::vector<Tensor> log_softmax_gradient(const GradContext& c) {
   const Tensor& y = c.outputs[0];
   const Tensor& g = c.grad_outputs[0];
   int64_t axis = softmax_axis(y.shape(), c.attrs);
-  return {op("sub", {g, op("mul", {op("exp", {y}), sum_keep(g, axis)})})};
+  return {
+      op(elementwise::Sub::kName,
+         {g, op(elementwise::Mul::kName, {op(elementwise::Exp::kName, {y}), sum_keep(g, axis)})})};
 }
 
 // Losses.
@@ -327,9 +333,11 @@ std::vector<Tensor> mse_gradient(const GradContext& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   double scale =
       reduction_of(c.attrs) == Reduction::kMean ? 2.0 / static_cast<double>(a.numel()) : 2.0;
-  Tensor grad_a = op(
-      "mul", {c.grad_outputs[0], op("mul", {op("sub", {a, b}), scalar_tensor(scale, a.dtype())})});
-  return {grad_a, op("mul", {grad_a, scalar_tensor(-1, a.dtype())})};
+  Tensor grad_a =
+      op(elementwise::Mul::kName,
+         {c.grad_outputs[0], op(elementwise::Mul::kName, {op(elementwise::Sub::kName, {a, b}),
+                                                          scalar_tensor(scale, a.dtype())})});
+  return {grad_a, op(elementwise::Mul::kName, {grad_a, scalar_tensor(-1, a.dtype())})};
 }
 
 AttrSpec reduction_attr() { return {"reduction", std::string("mean")}; }

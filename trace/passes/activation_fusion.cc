@@ -4,10 +4,10 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/registry.h"
+
 namespace tandem::trace {
 namespace {
-
-const kernels::OpDef& op(const char* name) { return kernels::Registry::global().get(name); }
 
 // The ops the layers' "activation" attribute may name (Note [Fused
 // activation] in kernels/cpu/onednn.h): those with a oneDNN post-op, whose
@@ -21,9 +21,6 @@ bool is_fusable_activation(const kernels::OpDef* activation) {
 }  // namespace
 
 int ActivationFusion::run(Graph& graph) {
-  const kernels::OpDef* conv2d = &op("conv2d");
-  const kernels::OpDef* linear = &op("linear");
-
   std::vector<int> readers(graph.values.size(), 0);
   std::vector<int> reader(graph.values.size(), -1);  // The last reading node.
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
@@ -37,7 +34,8 @@ int ActivationFusion::run(Graph& graph) {
   std::vector<bool> removed(graph.nodes.size(), false);
   int count = 0;
   for (Node& layer : graph.nodes) {
-    if (layer.op != conv2d && layer.op != linear) continue;
+    // The layers that apply an activation themselves say so in their schema.
+    if (!kernels::has_attr(*layer.op, "activation")) continue;
     if (layer.attrs.get_string("activation") != "none") continue;
     const ValueId h = layer.outputs[0];
     // One reader in all, and it is a node (so not a graph output).

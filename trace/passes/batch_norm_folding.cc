@@ -4,10 +4,12 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/elementwise_ops.h"
+#include "kernels/known_ops.h"
+#include "kernels/registry.h"
+
 namespace tandem::trace {
 namespace {
-
-const kernels::OpDef& op(const char* name) { return kernels::Registry::global().get(name); }
 
 struct Match {
   size_t layer;  // The conv2d or linear node.
@@ -29,21 +31,28 @@ void rewrite(Graph& graph, Match& match) {
   const ValueId mean = norm.inputs[3], var = norm.inputs[4];
   const DType dtype = graph.value(w).dtype;
   const std::source_location where = norm.where;
-  auto add = [&](const char* name, std::vector<ValueId> inputs, const kernels::Attrs& attrs = {}) {
-    return graph.add_node(op(name), attrs, std::move(inputs), where)[0];
+  auto add = [&](const kernels::OpDef& op, std::vector<ValueId> inputs,
+                 const kernels::Attrs& attrs = {}) {
+    return graph.add_node(op, attrs, std::move(inputs), where)[0];
   };
+  namespace ew = kernels::elementwise;
+  const kernels::Registry& ops = kernels::Registry::global();
+  const kernels::OpDef& plus = ops.get(ew::Add::kName);
+  const kernels::OpDef& minus = ops.get(ew::Sub::kName);
+  const kernels::OpDef& times = ops.get(ew::Mul::kName);
 
-  const ValueId eps = add("full", {},
+  const ValueId eps = add(kernels::full_op(), {},
                           {{"shape", std::vector<int64_t>{}},
                            {"dtype", dtype},
                            {"value", norm.attrs.get_float("eps")}});
-  const ValueId inv_std = add("rsqrt", {add("add", {var, eps})});
-  const ValueId scale = add("mul", {gamma, inv_std});  // [O]
+  const ValueId inv_std = add(ops.get(ew::Rsqrt::kName), {add(plus, {var, eps})});
+  const ValueId scale = add(times, {gamma, inv_std});  // [O]
   // Scale along the weight's axis 0 (output channels): [O, 1, ...].
   std::vector<int64_t> column(static_cast<size_t>(graph.value(w).shape.rank()), 1);
   column[0] = graph.value(w).shape[0];
-  const ValueId w_folded = add("mul", {w, add("reshape", {scale}, {{"shape", column}})});
-  const ValueId b_folded = add("add", {add("mul", {add("sub", {b, mean}), scale}), beta});
+  const ValueId w_folded =
+      add(times, {w, add(kernels::reshape_op(), {scale}, {{"shape", column}})});
+  const ValueId b_folded = add(plus, {add(times, {add(minus, {b, mean}), scale}), beta});
   graph.add_node(*layer.op, layer.attrs, {x, w_folded, b_folded}, layer.where);
   // The new layer's output has batch_norm's shape and dtype (both are x's);
   // its fresh value is left unreferenced and compacted away.
@@ -56,9 +65,9 @@ void rewrite(Graph& graph, Match& match) {
 
 // One sweep: folds every batch_norm whose input a layer makes right now.
 int BatchNormFolding::run(Graph& graph) {
-  const kernels::OpDef* batch_norm = &op("batch_norm");
-  const kernels::OpDef* conv2d = &op("conv2d");
-  const kernels::OpDef* linear = &op("linear");
+  const kernels::OpDef* batch_norm = &kernels::batch_norm_op();
+  const kernels::OpDef* conv2d = &kernels::conv2d_op();
+  const kernels::OpDef* linear = &kernels::linear_op();
 
   std::vector<int> readers(graph.values.size(), 0);
   for (const Node& node : graph.nodes) {

@@ -9,6 +9,8 @@
 #include "absl/container/flat_hash_map.h"
 
 #include "core/error.h"
+#include "kernels/known_ops.h"
+#include "kernels/registry.h"
 
 namespace tandem::trace {
 namespace {
@@ -68,7 +70,7 @@ Node fuse(const Graph& graph, const std::vector<int>& members) {
     register_of[node.outputs[0]] = r;
   }
   const Node& root = graph.nodes[static_cast<size_t>(members.back())];
-  const kernels::OpDef& op = kernels::Registry::global().get("fused_elementwise");
+  const kernels::OpDef& op = kernels::fused_elementwise_op();
   kernels::Attrs attrs = kernels::resolve_attrs(op, {{"program", std::move(program)}});
   kernels::TensorMetas metas;
   for (ValueId id : inputs) metas.push_back(graph.meta(id));
