@@ -1,4 +1,4 @@
-// Dispatch: how an op call becomes work on the engine (docs/design.md,
+// Dispatch: how an op call becomes work on the engine (docs/ARCHITECTURE.md,
 // "Eager call, step by step").
 //
 //   std::vector<Tensor> out = kernels::call("add", {a, b});

@@ -1,4 +1,4 @@
-// The op registry: every op, defined once (docs/design.md, "One op, one place").
+// The op registry: every op, defined once (docs/ARCHITECTURE.md, "One op, one place").
 //
 // An op family file (kernels/ops/<family>.cc) registers its ops side by side:
 //
@@ -86,8 +86,9 @@ struct GradContext {
 using InferFn = TensorMetas (*)(absl::Span<const TensorMeta> inputs, const Attrs& attrs);
 using KernelFn = void (*)(const KernelContext& context);
 // Returns one gradient per input, each computed with ops (so it runs through
-// the engine, is traced like any op, and can itself be differentiated); an
-// undefined Tensor for inputs that get no gradient.
+// the engine and is traced like any op; autograd does not record it, so there
+// is no double backward: trace/README.md, "Limits today"); an undefined
+// Tensor for inputs that get no gradient.
 using GradientFn = std::vector<Tensor> (*)(const GradContext& context);
 
 inline constexpr int kVariadic = -1;

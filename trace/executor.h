@@ -1,4 +1,4 @@
-// Executor: replays a graph on the engine (docs/design.md, "Replay").
+// Executor: replays a graph on the engine (docs/ARCHITECTURE.md, "Replay").
 //
 //   trace::Executor exec(std::move(graph));
 //   std::vector<Tensor> out = exec.run({x, weight, bias});  // returns at once

@@ -1,5 +1,5 @@
 // The graph IR: what the tracer records, the passes rewrite, the executor
-// replays and the serializer writes (docs/design.md, "Hybridize").
+// replays and the serializer writes (docs/ARCHITECTURE.md, "Hybridize").
 //
 //   Graph g;
 //   ValueId x = g.add_input("x", InputKind::kData, Shape{2, 3}, DType::kFloat32);

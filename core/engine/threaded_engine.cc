@@ -64,10 +64,9 @@ std::shared_ptr<const Error> failed_input(const OpRecord& op) {
 // a few microseconds each on a VM, so wait() polls for up to kWaitPollNanos
 // before it sleeps. It polls with yield, not with the pause instruction:
 // the op it waits for may be running on every core (an OpenMP team), and a
-// frontend spinning in place would hold a core that team needs. On the
-// 2-core development VM a 256 x 256 matmul plus its wait took 0.58 ms with
-// a pause loop (20000 pauses, ~400 us there), 0.145 ms polling with yield,
-// and 0.09 ms run on the calling thread by the naive engine.
+// frontend spinning in place would hold a core that team needs: with a
+// pause loop a mid-sized matmul plus its wait took four times as long
+// (bench/README.md, "Engine defaults").
 constexpr int64_t kWaitPollNanos = 20'000;
 
 namespace {
@@ -108,15 +107,12 @@ bool poll_until_done(const std::atomic<int>& done) {
 // does the allocation of a new Storage (Engine::wait_for_memory): a
 // replayed step allocates all its buffers before it pushes its ops, and
 // waiting only at the push would let it hold the next step's buffers while
-// the last step still runs. Measured
-// with bench_memory (Fashion-MNIST, batch 128; bench/README.md), peak RSS
-// with no byte bound / 16 MiB / 64 MiB / 256 MiB: CNN eager 632 / 272 /
-// 308 / 479 MiB, hybridized 485 / 302 / 372 / 478; MLP eager 128 / 112 /
-// 128 / 128, hybridized 166 / 115 / 162 / 166, with samples/s equal within
-// this machine's noise (+-30% between runs). Hence 16 MiB: the smallest
-// measured, at which a hybridized step runs no further ahead than an eager
-// one; a hybridized CNN step writes ~70 MiB in one op, so it waits for the
-// step before it, which is then as much run-ahead as its workers need.
+// the last step still runs. The bound is
+// 16 MiB, the smallest of the bounds measured (bench/README.md, "Engine
+// defaults"), and the one at which a hybridized step runs no further ahead
+// than an eager one, for the lowest peak memory at the same speed: a
+// hybridized CNN step writes ~70 MiB in one op, so it waits for the step
+// before it, which is then as much run-ahead as its workers need.
 // Pushes from inside an op (deleting vars as a closure dies) are never held
 // back: they must not block a worker.
 
@@ -130,11 +126,10 @@ bool poll_until_done(const std::atomic<int>& done) {
 // small machine: each worker that starts a parallel kernel becomes the
 // master of an OpenMP team of its own, and the idle team's threads spin on
 // the cores the other team needs, while each op that moves from one worker
-// to its successor on another pays a cross-core hand-off. Measured on the
-// 2-core development VM (bench_train, batch 128): the MLP trains at 67-72k
-// samples/s with one worker against 40-42k with two, the CNN at 2260-2330
-// against 1950-2020. Programs with many independent chains of mid-sized
-// ops can ask for more workers.
+// to its successor on another pays a cross-core hand-off. On the 2-core
+// development VM one worker trains both tutorial models faster than two
+// (bench/README.md, "Engine defaults"). Programs with many independent
+// chains of mid-sized ops can ask for more workers.
 constexpr int kDefaultCpuWorkers = 1;
 
 // Note [Tiny ops run inline]

@@ -28,7 +28,7 @@
 // step counts stay 0-d CPU tensors, which ops on any device accept.
 //
 // Note [Why optimizer state is tensors updated in place]
-// A hybridized training step (docs/design.md, "Hybridize") runs step() once
+// A hybridized training step (docs/ARCHITECTURE.md, "Hybridize") runs step() once
 // under a tracer and then replays the recorded ops without running this C++
 // code again. The tracer sees only dispatched ops and Tensor::assign_, so:
 //  1. Everything that changes from step to step is a tensor rebound with
