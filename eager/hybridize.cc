@@ -270,6 +270,122 @@ ForwardBackward cut_forward_backward(const trace::Graph& g, trace::ValueId seed,
           trace::extract_subgraph(g, backward_nodes, backward_inputs, backward_outputs)};
 }
 
+// A parameter the trace captured, with the gradient it had then: a
+// gradient that is the same tensor at the end was not touched.
+struct Leaf {
+  Tensor parameter;
+  Tensor grad_before;
+};
+
+// The inputs as the function sees them while traced: a differentiable trace
+// starts from leaves, so that its backward stops at the graph's inputs
+// instead of running into the caller's history.
+std::vector<Tensor> trace_inputs(const std::vector<Tensor>& inputs, bool differentiable) {
+  std::vector<Tensor> traced = inputs;
+  if (differentiable) {
+    for (Tensor& t : traced) {
+      if (t.requires_grad()) t = t.detach().requires_grad_();
+    }
+  }
+  return traced;
+}
+
+// A backward traced into the forward's graph (Note [Differentiable replay]).
+struct TracedBackward {
+  trace::ValueId seed;  // The graph input holding the output's gradient.
+  // Per gradient, in backward.data_inputs then backward.parameters order:
+  // its trace output, or -1 where none flowed.
+  std::vector<int> grad_outputs;
+  CachedGraph::Backward backward;  // Its sources are filled by the cut.
+};
+
+// Traces the backward of the one output `y`, with its gradient as a graph
+// input, into the same trace: the gradients of the inputs that require one
+// and of every captured parameter become trace outputs. The parameters'
+// own gradients are left as they were.
+TracedBackward trace_backward(trace::Tracer& tracer, const Tensor& y,
+                              const std::vector<Tensor>& inputs,
+                              const std::vector<Tensor>& traced_inputs,
+                              const std::vector<Leaf>& leaves) {
+  TANDEM_CHECK(y.dtype() == DType::kFloat32 || y.dtype() == DType::kFloat64,
+               "a differentiable hybridized output must be float32 or float64, got ",
+               dtype_name(y.dtype()));
+  TracedBackward traced;
+  const Tensor seed = ones_without_op(y);
+  traced.seed = tracer.add_input(seed, "grad_output0");
+  std::vector<Tensor> grads_before;
+  for (const Leaf& leaf : leaves) {
+    grads_before.push_back(leaf.parameter.grad());
+    leaf_meta(leaf.parameter)->grad = Tensor();
+  }
+  y.backward(seed);
+  auto add_grad = [&](const Tensor& g, const std::string& name) {
+    traced.grad_outputs.push_back(g.defined() ? tracer.add_output(g, name) : -1);
+  };
+  for (size_t i = 0; i < traced_inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    traced.backward.data_inputs.push_back(i);
+    add_grad(traced_inputs[i].grad(), str_cat("grad_input", i));
+  }
+  for (size_t j = 0; j < leaves.size(); ++j) {
+    traced.backward.parameters.push_back(leaves[j].parameter);
+    add_grad(leaves[j].parameter.grad(), str_cat("grad_param", j));
+    leaf_meta(leaves[j].parameter)->grad = grads_before[j];
+  }
+  return traced;
+}
+
+// Without a traced backward: each captured parameter whose gradient the
+// function replaced (a whole training step's backward) becomes an output
+// the replay writes back, and one it cleared (zero_grad(set_to_none)) a
+// gradient the replay clears.
+void record_grad_writes(trace::Tracer& tracer, const std::vector<Leaf>& leaves,
+                        CachedGraph& entry) {
+  for (const Leaf& leaf : leaves) {
+    Tensor grad = leaf.parameter.grad();
+    if (!grad.defined()) {
+      if (leaf.grad_before.defined()) entry.grad_writes.push_back({leaf.parameter, -1});
+    } else if (!leaf.grad_before.defined() || grad.impl_ptr() != leaf.grad_before.impl_ptr()) {
+      entry.grad_writes.push_back(
+          {leaf.parameter, tracer.add_output(grad, str_cat("grad", entry.grad_writes.size()))});
+    }
+  }
+}
+
+// The forward graph's inputs (the seed is the backward graph's alone) and,
+// per input, where a call takes its tensor from. Bindings follow the traced
+// input order, which the passes keep (they only append constants).
+std::vector<trace::GraphInput> bind_inputs(const trace::Trace& traced,
+                                           std::optional<trace::ValueId> seed,
+                                           const std::vector<Leaf>& leaves,
+                                           std::vector<CachedGraph::Binding>& bindings) {
+  std::vector<trace::GraphInput> forward_inputs;
+  size_t data = 0, state = 0;
+  for (const trace::GraphInput& input : traced.graph.inputs) {
+    if (seed && input.value == *seed) continue;
+    forward_inputs.push_back(input);
+    if (input.kind == trace::InputKind::kData) {
+      bindings.push_back({CachedGraph::Binding::kData, data++, Tensor()});
+      continue;
+    }
+    const Tensor& handle = traced.state[state++];
+    // A gradient read by the step (accumulation across calls): read the
+    // parameter's gradient afresh on each call, not this old tensor.
+    const Leaf* owner = nullptr;
+    for (const Leaf& leaf : leaves) {
+      if (leaf.grad_before.defined() && leaf.grad_before.impl_ptr() == handle.impl_ptr()) {
+        owner = &leaf;
+      }
+    }
+    if (owner != nullptr) {
+      bindings.push_back({CachedGraph::Binding::kGradOf, 0, owner->parameter});
+    } else {
+      bindings.push_back({CachedGraph::Binding::kState, 0, handle});
+    }
+  }
+  return forward_inputs;
+}
+
 }  // namespace
 
 struct HybridFunction::Impl {
@@ -285,8 +401,17 @@ struct HybridFunction::Impl {
   std::optional<Signature> last_traced;
   const trace::Executor* last_executor = nullptr;
 
+  // Traces `fn` on `inputs` into a new cache entry (the most recent) and
+  // sets `outputs` to the call's results.
   CachedGraph& trace(const std::vector<Tensor>& inputs, Signature signature,
                      std::vector<Tensor>* outputs);
+  // Optimizes the traced graph (cut into forward and backward when it holds
+  // a traced backward) and builds the executors that replay it.
+  void build_executors(CachedGraph& entry, trace::Graph graph,
+                       const std::vector<trace::GraphInput>& forward_inputs,
+                       std::optional<TracedBackward> backward, Device device);
+  // Puts `entry` first in the cache, evicting beyond options.cache_size.
+  CachedGraph& remember(CachedGraph entry);
   std::vector<Tensor> replay(CachedGraph& graph, const std::vector<Tensor>& inputs);
   void attach_backward(const CachedGraph& graph, const std::vector<Tensor>& inputs,
                        const std::vector<Tensor>& call_inputs,
@@ -297,35 +422,22 @@ struct HybridFunction::Impl {
 
 CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Signature signature,
                                          std::vector<Tensor>* outputs) {
-  // Parameters seen by the trace, with the gradient each had then: a
-  // gradient that is the same tensor at the end was not touched.
-  struct Leaf {
-    Tensor parameter;
-    Tensor grad_before;
-  };
+  const bool differentiable = options.differentiable && grad_mode_enabled();
+  const uint64_t seed_state = random_state();
   std::vector<Leaf> leaves;
   // Each captured tensor's data at capture, to undo a differentiable trace's
   // state updates before its first replay.
   std::vector<std::pair<Tensor, Tensor>> captured;
-  const bool differentiable = options.differentiable && grad_mode_enabled();
-  const uint64_t seed_state = random_state();
-
-  // A differentiable trace starts from leaves, so that its backward stops at
-  // the graph's inputs instead of running into the caller's history.
-  std::vector<Tensor> traced_inputs = inputs;
-  if (differentiable) {
-    for (Tensor& t : traced_inputs) {
-      if (t.requires_grad()) t = t.detach().requires_grad_();
-    }
-  }
+  const std::vector<Tensor> traced_inputs = trace_inputs(inputs, differentiable);
 
   trace::Tracer tracer;
   tracer.set_on_capture([&](const Tensor& t) {
     if (AutogradMeta* meta = leaf_meta(t)) leaves.push_back({t, meta->grad});
     if (differentiable) captured.emplace_back(t, t.snapshot());
   });
-  for (size_t i = 0; i < inputs.size(); ++i)
+  for (size_t i = 0; i < inputs.size(); ++i) {
     tracer.add_input(traced_inputs[i], str_cat("input", i));
+  }
   *outputs = fn(traced_inputs);
   CachedGraph entry;
   entry.num_user_outputs = outputs->size();
@@ -335,108 +447,23 @@ CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Sign
     tracer.add_output((*outputs)[o], str_cat("output", o));
   }
 
-  // Note [Differentiable replay]: trace the backward of the one output, with
-  // its gradient as a graph input, into the same graph.
-  std::optional<trace::ValueId> seed_value;
-  CachedGraph::Backward backward;
-  std::vector<int> grad_outputs;
+  std::optional<TracedBackward> backward;
   if (differentiable && outputs->size() == 1 && (*outputs)[0].requires_grad()) {
-    const Tensor& y = (*outputs)[0];
-    TANDEM_CHECK(y.dtype() == DType::kFloat32 || y.dtype() == DType::kFloat64,
-                 "a differentiable hybridized output must be float32 or float64, got ",
-                 dtype_name(y.dtype()));
-    Tensor seed = ones_without_op(y);
-    seed_value = tracer.add_input(seed, "grad_output0");
-    std::vector<Tensor> grads_before;
-    for (const Leaf& leaf : leaves) {
-      grads_before.push_back(leaf.parameter.grad());
-      leaf_meta(leaf.parameter)->grad = Tensor();
-    }
-    y.backward(seed);
-    auto add_grad = [&](const Tensor& g, const std::string& name) {
-      grad_outputs.push_back(g.defined() ? tracer.add_output(g, name) : -1);
-    };
-    for (size_t i = 0; i < traced_inputs.size(); ++i) {
-      if (!inputs[i].requires_grad()) continue;
-      backward.data_inputs.push_back(i);
-      add_grad(traced_inputs[i].grad(), str_cat("grad_input", i));
-    }
-    for (size_t j = 0; j < leaves.size(); ++j) {
-      backward.parameters.push_back(leaves[j].parameter);
-      add_grad(leaves[j].parameter.grad(), str_cat("grad_param", j));
-      leaf_meta(leaves[j].parameter)->grad = grads_before[j];
-    }
+    backward = trace_backward(tracer, (*outputs)[0], inputs, traced_inputs, leaves);
   } else {
-    for (const Leaf& leaf : leaves) {
-      Tensor grad = leaf.parameter.grad();
-      if (!grad.defined()) {
-        if (leaf.grad_before.defined()) entry.grad_writes.push_back({leaf.parameter, -1});
-      } else if (!leaf.grad_before.defined() || grad.impl_ptr() != leaf.grad_before.impl_ptr()) {
-        entry.grad_writes.push_back(
-            {leaf.parameter, tracer.add_output(grad, str_cat("grad", entry.grad_writes.size()))});
-      }
-    }
+    record_grad_writes(tracer, leaves, entry);
   }
   trace::Trace traced = tracer.finish();
   entry.state_writes = std::move(traced.state_writes);
-
-  // Bindings follow the traced input order, which the passes keep (they
-  // only append constants). The seed is the backward graph's alone.
-  std::vector<trace::GraphInput> forward_inputs;
-  size_t data = 0, state = 0;
-  for (const trace::GraphInput& input : traced.graph.inputs) {
-    if (seed_value && input.value == *seed_value) continue;
-    forward_inputs.push_back(input);
-    if (input.kind == trace::InputKind::kData) {
-      entry.bindings.push_back({CachedGraph::Binding::kData, data++, Tensor()});
-      continue;
-    }
-    const Tensor& handle = traced.state[state++];
-    // A gradient read by the step (accumulation across calls): read the
-    // parameter's gradient afresh on each call, not this old tensor.
-    const Leaf* owner = nullptr;
-    for (const Leaf& leaf : leaves) {
-      if (leaf.grad_before.defined() && leaf.grad_before.impl_ptr() == handle.impl_ptr()) {
-        owner = &leaf;
-      }
-    }
-    if (owner != nullptr) {
-      entry.bindings.push_back({CachedGraph::Binding::kGradOf, 0, owner->parameter});
-    } else {
-      entry.bindings.push_back({CachedGraph::Binding::kState, 0, handle});
-    }
-  }
-
-  const trace::ExecutorOptions executor_options{
-      .device = inputs.empty() ? Device::cpu() : inputs[0].device(),
-      .plan_memory = options.plan_memory,
-      .cuda_graph = options.cuda_graph};
-  auto build = [&](trace::Graph graph, const std::string& suffix) {
-    if (options.optimize) {
-      trace::optimize(graph, {.inference = options.inference, .name = options.name + suffix});
-    }
-    return std::make_unique<trace::Executor>(std::move(graph), executor_options);
-  };
-  if (!seed_value) {
-    entry.executor = build(std::move(traced.graph), "");
-  } else {
-    ForwardBackward cut = cut_forward_backward(traced.graph, *seed_value, grad_outputs,
-                                               forward_inputs, entry.state_writes, backward);
-    entry.executor = build(std::move(cut.forward), ".forward");
-    backward.executor = build(std::move(cut.backward), ".backward");
-    entry.backward = std::move(backward);
-  }
+  const std::vector<trace::GraphInput> forward_inputs = bind_inputs(
+      traced, backward ? std::optional(backward->seed) : std::nullopt, leaves, entry.bindings);
+  build_executors(entry, std::move(traced.graph), forward_inputs, std::move(backward),
+                  inputs.empty() ? Device::cpu() : inputs[0].device());
   entry.verify_left = options.verify ? options.verify_calls : 0;
   entry.signature = std::move(signature);
   entry.key_text = entry.signature.text();
 
-  cache.push_front(std::move(entry));
-  by_key[cache.front().key_text] = cache.begin();
-  while (static_cast<int>(cache.size()) > std::max(1, options.cache_size)) {
-    by_key.erase(cache.back().key_text);
-    cache.pop_back();
-  }
-  CachedGraph& result = cache.front();
+  CachedGraph& result = remember(std::move(entry));
   if (result.backward) {
     // The trace's own results carry a spent autograd graph (its backward was
     // traced): undo its state updates and random draws, and replay, so the
@@ -446,6 +473,40 @@ CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Sign
     *outputs = replay(result, inputs);
   }
   return result;
+}
+
+void HybridFunction::Impl::build_executors(CachedGraph& entry, trace::Graph graph,
+                                           const std::vector<trace::GraphInput>& forward_inputs,
+                                           std::optional<TracedBackward> backward, Device device) {
+  const trace::ExecutorOptions executor_options{
+      .device = device, .plan_memory = options.plan_memory, .cuda_graph = options.cuda_graph};
+  auto build = [&](trace::Graph g, const std::string& suffix) {
+    if (options.optimize) {
+      trace::optimize(g, {.inference = options.inference, .name = options.name + suffix});
+    }
+    return std::make_unique<trace::Executor>(std::move(g), executor_options);
+  };
+  if (!backward) {
+    entry.executor = build(std::move(graph), "");
+    return;
+  }
+  ForwardBackward cut =
+      cut_forward_backward(graph, backward->seed, backward->grad_outputs, forward_inputs,
+                           entry.state_writes, backward->backward);
+  entry.executor = build(std::move(cut.forward), ".forward");
+  backward->backward.executor = build(std::move(cut.backward), ".backward");
+  entry.backward = std::move(backward->backward);
+}
+
+CachedGraph& HybridFunction::Impl::remember(CachedGraph entry) {
+  cache.push_front(std::move(entry));
+  by_key[cache.front().key_text] = cache.begin();
+  // Least recently used first out.
+  while (static_cast<int>(cache.size()) > std::max(1, options.cache_size)) {
+    by_key.erase(cache.back().key_text);
+    cache.pop_back();
+  }
+  return cache.front();
 }
 
 std::vector<Tensor> HybridFunction::Impl::replay(CachedGraph& graph,

@@ -62,9 +62,15 @@ struct Executor::Program {
   // Per graph input: its index among the caller's inputs, or -1 (constant).
   std::vector<int> input_position;
   int num_call_inputs = 0;
-  // Per graph output: a fresh external (>= 0) or, for an output that is a
-  // graph input, which input (encoded -1 - input index).
-  std::vector<int> output_source;
+  // Per graph output: where a call takes it from.
+  struct OutputSource {
+    enum Kind {
+      kExternal,   // A slot of the frame's externals: a fresh tensor per call.
+      kGraphInput  // A graph input itself: the caller's tensor, or a constant.
+    } kind;
+    int index;  // The external slot, or the graph input.
+  };
+  std::vector<OutputSource> output_source;
   int num_fresh_outputs = 0;
   // The CUDA graph of Note [One launch per call]; null unless used.
   struct Captured;
@@ -220,73 +226,75 @@ void run_as_cuda_graph(const Frame& frame, const engine::RunContext& run) {
 
 }  // namespace
 
-Executor::Executor(Graph graph, ExecutorOptions options) {
-  auto program = std::make_shared<Program>();
-  Program& p = *program;
-  verify(graph, "executor");
-  p.graph = std::move(graph);
-  p.options = options;
-  const Graph& g = p.graph;
-  p.plan = plan_memory(g, options.plan_memory);
-  for (size_t bytes : p.plan.buffer_bytes) {
-    p.buffers.push_back(
-        Tensor::empty(Shape{static_cast<int64_t>(bytes)}, DType::kUInt8, options.device));
-  }
+namespace {
 
-  // Where each value lives: a fixed tensor (planned buffer or constant), or an
-  // external slot of the frame.
-  std::vector<Tensor> fixed(g.values.size());
-  std::vector<int> external(g.values.size(), -1);
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    const GraphInput& input = g.inputs[i];
+// Where each value of the graph lives while a program runs: a fixed tensor
+// (a planned buffer or a constant), or a slot of the frame's externals
+// (the call's inputs, then its fresh outputs); -1 where fixed.
+struct Placement {
+  std::vector<Tensor> fixed;
+  std::vector<int> external;
+};
+
+// Places the graph's inputs and outputs, and every planned value in its
+// buffer's view.
+Placement place_values(Executor::Program& p) {
+  const Graph& g = p.graph;
+  Placement at{std::vector<Tensor>(g.values.size()), std::vector<int>(g.values.size(), -1)};
+  for (const GraphInput& input : g.inputs) {
     if (input.kind == InputKind::kConstant) {
       // Weights of a graph loaded on the CPU, replayed on a GPU: moved once.
-      fixed[input.value] = input.constant.device() == options.device
-                               ? input.constant
-                               : kernels::call1(kernels::to_device_op(), {input.constant},
-                                                {{"device", options.device.to_string()}},
-                                                std::source_location::current());
+      at.fixed[input.value] = input.constant.device() == p.options.device
+                                  ? input.constant
+                                  : kernels::call1(kernels::to_device_op(), {input.constant},
+                                                   {{"device", p.options.device.to_string()}},
+                                                   std::source_location::current());
       p.input_position.push_back(-1);
     } else {
-      external[input.value] = p.num_call_inputs;
+      at.external[input.value] = p.num_call_inputs;
       p.input_position.push_back(p.num_call_inputs++);
     }
   }
+  using Source = Executor::Program::OutputSource;
   for (const GraphOutput& output : g.outputs) {
-    const Value& v = g.value(output.value);
-    if (v.node < 0) {
+    if (g.value(output.value).node < 0) {
       int input_index = 0;
       while (g.inputs[input_index].value != output.value) ++input_index;
-      p.output_source.push_back(-1 - input_index);
-    } else if (external[output.value] >= 0) {  // The same value output twice.
-      p.output_source.push_back(external[output.value]);
-    } else {
-      external[output.value] = p.num_call_inputs + p.num_fresh_outputs++;
-      p.output_source.push_back(external[output.value]);
+      p.output_source.push_back({Source::kGraphInput, input_index});
+      continue;
     }
+    if (at.external[output.value] < 0) {  // Else the same value output twice.
+      at.external[output.value] = p.num_call_inputs + p.num_fresh_outputs++;
+    }
+    p.output_source.push_back({Source::kExternal, at.external[output.value]});
   }
   for (size_t id = 0; id < g.values.size(); ++id) {
-    int buffer = p.plan.buffer_of[id];
-    if (buffer >= 0) fixed[id] = view_of(p.buffers[buffer], g.values[id]);
+    const int buffer = p.plan.buffer_of[id];
+    if (buffer >= 0) at.fixed[id] = view_of(p.buffers[buffer], g.values[id]);
   }
+  return at;
+}
 
-  p.steps.reserve(g.nodes.size());
-  for (const Node& node : g.nodes) {
-    Program::Step step;
+// One step per node: its kernel for the device, its fixed tensors and the
+// patches that put the call's externals in place.
+void build_steps(Executor::Program& p, const Placement& at) {
+  p.steps.reserve(p.graph.nodes.size());
+  for (const Node& node : p.graph.nodes) {
+    Executor::Program::Step step;
     step.op = node.op;
-    step.kernel = options.device.is_cpu() ? node.op->cpu : node.op->cuda;
+    step.kernel = p.options.device.is_cpu() ? node.op->cpu : node.op->cuda;
     {
       CallSiteScope site(node.op->name.c_str(), node.where);
-      TANDEM_CHECK(step.kernel != nullptr, "has no kernel for ", options.device.to_string());
+      TANDEM_CHECK(step.kernel != nullptr, "has no kernel for ", p.options.device.to_string());
     }
     step.attrs = node.attrs;
     step.where = node.where;
     if (step.attrs.has("seed")) step.seed_slot = p.num_random_steps++;
     auto place = [&](ValueId id, int position, absl::InlinedVector<Tensor, 4>* into_inputs,
                      absl::InlinedVector<Tensor, 2>* into_outputs) {
-      Tensor t = external[id] >= 0 ? Tensor() : fixed[id];
-      if (external[id] >= 0)
-        step.patches.push_back({position, external[id]});
+      Tensor t = at.external[id] >= 0 ? Tensor() : at.fixed[id];
+      if (at.external[id] >= 0)
+        step.patches.push_back({position, at.external[id]});
       else
         (into_inputs ? step.reads : step.writes).push_back(t.var());
       if (into_inputs)
@@ -299,13 +307,18 @@ Executor::Executor(Graph graph, ExecutorOptions options) {
     for (ValueId id : node.outputs) place(id, position++, nullptr, &step.outputs);
     p.steps.push_back(std::move(step));
   }
+}
 
-  const int max_nodes = std::max(1, options.max_segment_nodes);
-  for (int begin = 0; begin < static_cast<int>(p.steps.size()); begin += max_nodes) {
-    Program::Segment segment{
-        begin, std::min(begin + max_nodes, static_cast<int>(p.steps.size())), {}, {}, {}, {}};
+// Consecutive steps grouped into engine ops of at most max_segment_nodes
+// (Note [Segments]).
+void build_segments(Executor::Program& p) {
+  const int max_nodes = std::max(1, p.options.max_segment_nodes);
+  const int num_steps = static_cast<int>(p.steps.size());
+  for (int begin = 0; begin < num_steps; begin += max_nodes) {
+    Executor::Program::Segment segment{begin, std::min(begin + max_nodes, num_steps), {}, {}, {},
+                                       {}};
     for (int i = segment.begin; i < segment.end; ++i) {
-      const Program::Step& step = p.steps[static_cast<size_t>(i)];
+      const Executor::Program::Step& step = p.steps[static_cast<size_t>(i)];
       segment.reads.insert(segment.reads.end(), step.reads.begin(), step.reads.end());
       segment.writes.insert(segment.writes.end(), step.writes.begin(), step.writes.end());
       for (const Patch& patch : step.patches) {
@@ -315,26 +328,48 @@ Executor::Executor(Graph graph, ExecutorOptions options) {
     }
     p.segments.push_back(std::move(segment));
   }
+}
+
+// For Note [Small calls run on the caller]: each var once, as a write if any
+// step writes it (run_if_free claims a var for reading or for writing, and a
+// var claimed for both would never be free). Planned buffers are reused, so
+// most are read and written.
+void collect_caller_vars(Executor::Program& p) {
+  absl::flat_hash_set<engine::Var*> written;
+  for (const Executor::Program::Step& step : p.steps) {
+    for (engine::Var* var : step.writes) {
+      if (written.insert(var).second) p.writes.push_back(var);
+    }
+  }
+  absl::flat_hash_set<engine::Var*> read;
+  for (const Executor::Program::Step& step : p.steps) {
+    for (engine::Var* var : step.reads) {
+      if (!written.contains(var) && read.insert(var).second) p.reads.push_back(var);
+    }
+  }
+}
+
+}  // namespace
+
+Executor::Executor(Graph graph, ExecutorOptions options) {
+  auto program = std::make_shared<Program>();
+  Program& p = *program;
+  verify(graph, "executor");
+  p.graph = std::move(graph);
+  p.options = options;
+  p.plan = plan_memory(p.graph, options.plan_memory);
+  for (size_t bytes : p.plan.buffer_bytes) {
+    p.buffers.push_back(
+        Tensor::empty(Shape{static_cast<int64_t>(bytes)}, DType::kUInt8, options.device));
+  }
+  build_steps(p, place_values(p));
+  build_segments(p);
   if (options.device.is_cuda() && options.cuda_graph) {
     p.captured = std::make_unique<Program::Captured>();
   }
-  if (options.device.is_cpu() && small_enough_for_the_caller(g)) {
-    // Each var once, as a write if any step writes it (run_if_free claims a
-    // var for reading or for writing, and a var claimed for both would never
-    // be free). Planned buffers are reused, so most are read and written.
+  if (options.device.is_cpu() && small_enough_for_the_caller(p.graph)) {
     p.runs_on_caller = true;
-    absl::flat_hash_set<engine::Var*> written;
-    for (const Program::Step& step : p.steps) {
-      for (engine::Var* var : step.writes) {
-        if (written.insert(var).second) p.writes.push_back(var);
-      }
-    }
-    absl::flat_hash_set<engine::Var*> read;
-    for (const Program::Step& step : p.steps) {
-      for (engine::Var* var : step.reads) {
-        if (!written.contains(var) && read.insert(var).second) p.reads.push_back(var);
-      }
-    }
+    collect_caller_vars(p);
   }
   program_ = std::move(program);
 }
@@ -373,17 +408,17 @@ std::vector<Tensor> Executor::run(absl::Span<const Tensor> inputs,
   std::vector<Tensor> outputs;
   outputs.reserve(g.outputs.size());
   for (size_t o = 0; o < g.outputs.size(); ++o) {
-    const int source = p.output_source[o];
-    if (source >= static_cast<int>(frame->externals.size())) {
-      const Value& v = g.value(g.outputs[o].value);
-      frame->externals.push_back(Tensor::empty(v.shape, v.dtype, p.options.device));
-    }
-    if (source >= 0) {
-      outputs.push_back(frame->externals[static_cast<size_t>(source)]);
+    const Program::OutputSource source = p.output_source[o];
+    if (source.kind == Program::OutputSource::kExternal) {
+      if (source.index >= static_cast<int>(frame->externals.size())) {
+        const Value& v = g.value(g.outputs[o].value);
+        frame->externals.push_back(Tensor::empty(v.shape, v.dtype, p.options.device));
+      }
+      outputs.push_back(frame->externals[static_cast<size_t>(source.index)]);
       continue;
     }
     // An output that is a graph input: the caller's tensor, or a constant.
-    const size_t input = static_cast<size_t>(-1 - source);
+    const size_t input = static_cast<size_t>(source.index);
     const int position = p.input_position[input];
     outputs.push_back(position >= 0 ? inputs[static_cast<size_t>(position)]
                                     : g.inputs[input].constant);
