@@ -270,6 +270,13 @@ ForwardBackward cut_forward_backward(const trace::Graph& g, trace::ValueId seed,
           trace::extract_subgraph(g, backward_nodes, backward_inputs, backward_outputs)};
 }
 
+// Whether two handles view the same data: a state input is named by the
+// tensor whose data it is.
+bool same_data(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.byte_offset() == b.byte_offset() &&
+         a.shape() == b.shape() && a.dtype() == b.dtype();
+}
+
 // A parameter the trace captured, with the gradient it had then: a
 // gradient that is the same tensor at the end was not touched.
 struct Leaf {
@@ -435,6 +442,14 @@ CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Sign
     if (AutogradMeta* meta = leaf_meta(t)) leaves.push_back({t, meta->grad});
     if (differentiable) captured.emplace_back(t, t.snapshot());
   });
+  if (options.state_names) {
+    tracer.set_state_namer([names = options.state_names()](const Tensor& t) {
+      for (const auto& [name, tensor] : names) {
+        if (same_data(tensor, t)) return name;
+      }
+      return std::string();
+    });
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     tracer.add_input(traced_inputs[i], str_cat("input", i));
   }
@@ -783,10 +798,6 @@ void HybridFunction::export_model(const std::string& path,
                "' updates state or computes gradients, which a loaded model cannot do; export ",
                "an inference function (call it under NoGradGuard, modules in eval mode)");
   // A state input is named by the tensor whose data it is.
-  auto same_data = [](const Tensor& a, const Tensor& b) {
-    return a.storage() == b.storage() && a.byte_offset() == b.byte_offset() &&
-           a.shape() == b.shape() && a.dtype() == b.dtype();
-  };
   std::vector<serialization::StateInput> state;
   for (const CachedGraph::Binding& b : graph.bindings) {
     if (b.kind == CachedGraph::Binding::kData) continue;

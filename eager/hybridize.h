@@ -84,6 +84,11 @@ struct HybridizeOptions {
   bool differentiable = false;
   // Names the graph in logs and TANDEM_DUMP_GRAPHS files.
   std::string name = "hybridized";
+  // Names for the state a trace captures, asked at each trace: a hybridized
+  // module gives its state_dict(), so that its graphs, their dumps and their
+  // errors name "features.0.weight" rather than "state3". Unset, or a tensor
+  // it does not list: "state<k>".
+  std::function<std::vector<std::pair<std::string, Tensor>>()> state_names;
 };
 
 // A function of tensors, traced and replayed per input signature.

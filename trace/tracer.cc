@@ -79,7 +79,8 @@ ValueId Tracer::value_of(const Tensor& tensor, const std::source_location& where
   }
   // Data from outside the trace: a state input, read from this handle on
   // every replay.
-  std::string name = str_cat("state", state_.size());
+  std::string name = state_namer_ ? state_namer_(tensor) : std::string();
+  if (name.empty() || !state_names_.insert(name).second) name = str_cat("state", state_.size());
   ValueId id = graph_.add_input(std::move(name), InputKind::kState, tensor.shape(), tensor.dtype());
   state_index_[id] = state_.size();
   state_.push_back(tensor);

@@ -102,6 +102,14 @@ class Tracer final : public kernels::DispatchObserver, public TensorObserver {
     on_capture_ = std::move(on_capture);
   }
 
+  // Names each state input by the tensor it captures (a module's parameter
+  // or buffer path, "features.0.weight"), so that the graph, its dumps and
+  // errors speak the user's language. An empty name, one already taken, or
+  // no namer: "state<k>".
+  void set_state_namer(std::function<std::string(const Tensor&)> namer) {
+    state_namer_ = std::move(namer);
+  }
+
   void on_op(const kernels::OpDef& op, absl::Span<const Tensor> inputs,
              absl::Span<const Tensor> outputs, const kernels::Attrs& attrs,
              const std::source_location& where) override;
@@ -141,6 +149,8 @@ class Tracer final : public kernels::DispatchObserver, public TensorObserver {
   std::vector<Tensor> assigned_;  // Pre-existing tensors rebound, first time order.
   absl::flat_hash_set<const TensorImpl*> assigned_set_;
   std::function<void(const Tensor&)> on_capture_;
+  std::function<std::string(const Tensor&)> state_namer_;
+  absl::flat_hash_set<std::string> state_names_;  // Those given so far.
   bool finished_ = false;
   std::unique_ptr<kernels::ObserverScope> op_scope_;
   std::unique_ptr<TensorObserverScope> tensor_scope_;

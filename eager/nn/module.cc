@@ -90,6 +90,13 @@ void Module::hybridize(bool on, HybridizeOptions options) {
   std::lock_guard turn(*hybrid_.mutex);
   hybrid_.on = on;
   hybrid_.options = std::move(options);
+  if (!hybrid_.options.state_names) {
+    // The graphs name the parameters and buffers they read by their paths.
+    hybrid_.options.state_names = [this] {
+      const StateDict state = state_dict();
+      return std::vector<std::pair<std::string, Tensor>>(state.begin(), state.end());
+    };
+  }
   hybrid_.function.reset();
 }
 

@@ -3,7 +3,12 @@
 // the errors of code a trace cannot follow.
 #include "eager/hybridize.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +21,7 @@
 #include "eager/nn/nn.h"
 #include "eager/ops.h"
 #include "eager/optim/optim.h"
+#include "tests/scoped_env.h"
 
 namespace tandem {
 namespace {
@@ -101,6 +107,31 @@ TEST(HybridizeTest, ResidualInferenceMatchesEager) {
 TEST(HybridizeTest, RecurrentInferenceMatchesEager) {
   Recurrent m;
   check_inference(m, {32, 3, 8});
+}
+
+// Verifies that a hybridized module's graph names the state it reads by the
+// parameters' and buffers' paths, as its state_dict() does, in the dumps of
+// TANDEM_DUMP_GRAPHS (and so in to_text and errors).
+TEST(HybridizeTest, ModuleGraphsNameStateByPath) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / str_cat("tandem-state-names-", ::getpid());
+  fs::remove_all(dir);
+  auto net = make_cnn();
+  net->eval();
+  net->hybridize(true, {.name = "cnn"});
+  {
+    ::tandem::testing::ScopedEnv dump("TANDEM_DUMP_GRAPHS", dir.string());
+    NoGradGuard no_grad;
+    (*net)(randn({2, 1, 8, 8}));
+  }
+  std::ifstream file(dir / "cnn.0.traced.txt");
+  ASSERT_TRUE(file.good());
+  const std::string text(std::istreambuf_iterator<char>(file), {});
+  for (const auto& [name, tensor] : net->state_dict()) {
+    EXPECT_THAT(text, ::testing::HasSubstr(str_cat("\"", name, "\""))) << text;
+  }
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("state0"))) << text;
+  fs::remove_all(dir);
 }
 
 TEST(HybridizeTest, NewBatchSizeRetracesAndSaysWhy) {
