@@ -78,6 +78,10 @@ struct ElementwiseDefaults {
   // The first parameter must not exceed the second (clip's bounds).
   static constexpr bool kOrderedParams = false;
   static constexpr PostOp kPostOp{};
+  // op(a, b) is op(b, a) bit for bit, gradients included, so cse may merge
+  // the two. Add and mul are; maximum and minimum are not (max(0, -0) is -0
+  // and max(-0, 0) is 0, and the gradient goes to `a` on ties).
+  static constexpr bool kCommutative = false;
   // A unary op with a gradient defines
   //   template <class D> static auto gradient(const D& d);
   // over the gradient builder of kernels/ops/elementwise_unary.cc: d.x, d.y,
@@ -103,6 +107,7 @@ struct ElementwiseInfo {
   bool ordered_params = false;
   PostOp post_op{};
   bool fusable = false;  // kFusable<Op>.
+  bool commutative = false;
 };
 
 // Whether fused programs may use Op: they compute in their inputs' floating
@@ -158,7 +163,8 @@ struct ElementwiseOpList {
                          .params = {},
                          .ordered_params = Op::kOrderedParams,
                          .post_op = Op::kPostOp,
-                         .fusable = kFusable<Op>};
+                         .fusable = kFusable<Op>,
+                         .commutative = Op::kCommutative};
     size_t k = 0;
     for (const FormulaParam& param : Op::kParams) info.params[k++] = param;
     return info;

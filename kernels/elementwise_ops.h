@@ -722,6 +722,7 @@ struct BitwiseNot : ElementwiseDefaults {
 struct Add : ElementwiseDefaults {
   static constexpr std::string_view kName = "add";
   static constexpr int kArity = 2;
+  static constexpr bool kCommutative = true;
   template <class T>
   TANDEM_HOST_DEVICE T operator()(T x, T y) const {
     if constexpr (std::is_integral_v<T>) {
@@ -748,6 +749,7 @@ struct Sub : ElementwiseDefaults {
 struct Mul : ElementwiseDefaults {
   static constexpr std::string_view kName = "mul";
   static constexpr int kArity = 2;
+  static constexpr bool kCommutative = true;
   template <class T>
   TANDEM_HOST_DEVICE T operator()(T x, T y) const {
     if constexpr (std::is_integral_v<T>) {

@@ -88,6 +88,8 @@ bool has_attr(const OpDef& op, std::string_view name) {
                      [&](const AttrSpec& spec) { return spec.name == name; });
 }
 
+bool is_random(const OpDef& op) { return has_attr(op, "seed"); }
+
 Attrs resolve_attrs(const OpDef& op, const Attrs& given) {
   Attrs resolved = op.defaults;
   for (const auto& [name, value] : given.items()) {

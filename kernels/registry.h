@@ -188,6 +188,12 @@ const OpDef& op() {
 // Whether the op's schema has an attribute of that name.
 bool has_attr(const OpDef& op, std::string_view name);
 
+// Whether the op draws random numbers: its schema has a "seed" attribute,
+// which fixes the draw (the same seed, the same values), and which the
+// executor may replace per call (trace/executor.h). Such a node is never
+// folded into a constant.
+bool is_random(const OpDef& op);
+
 // The op's attributes with defaults filled in; throws tandem::Error naming the
 // op for unknown or missing attributes and wrong types.
 Attrs resolve_attrs(const OpDef& op, const Attrs& given);

@@ -289,7 +289,7 @@ void build_steps(Executor::Program& p, const Placement& at) {
     }
     step.attrs = node.attrs;
     step.where = node.where;
-    if (step.attrs.has("seed")) step.seed_slot = p.num_random_steps++;
+    if (kernels::is_random(*node.op)) step.seed_slot = p.num_random_steps++;
     auto place = [&](ValueId id, int position, absl::InlinedVector<Tensor, 4>* into_inputs,
                      absl::InlinedVector<Tensor, 2>* into_outputs) {
       Tensor t = at.external[id] >= 0 ? Tensor() : at.fixed[id];

@@ -99,10 +99,16 @@ class GraphGenerator {
                                           {h, stats[0], stats[1], stats[2], stats[3]})[0]);
         break;
       }
-      case 5: {  // The same node twice.
+      case 5: {  // The same node twice; or a binary op with its operands swapped.
         const char* name = kUnary[pick(0, 9)];
         ValueId from = any_value();
         ValueId a = add(name, {}, {from}), b = add(name, {}, {from});
+        if (pick(0, 1) == 0) {
+          const char* binary = kBinary[pick(0, 4)];
+          ValueId other = any_value();
+          a = add(binary, {}, {from, other});
+          b = add(binary, {}, {other, from});
+        }
         values_.push_back(add("add", {}, {a, b}));
         break;
       }

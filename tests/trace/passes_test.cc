@@ -106,6 +106,24 @@ TEST(CommonSubexpressionTest, KeepsCallsWhoseAttributesDifferBeyondPrintedDigits
   EXPECT_EQ(CommonSubexpressionElimination().run(g), 0);
 }
 
+// Verifies that add(a, b) and add(b, a) are one computation, and that an op
+// that is not commutative keeps both orders: sub, and maximum, whose result
+// for signed zeros and whose gradient on ties depend on the order.
+TEST(CommonSubexpressionTest, MergesSwappedOperandsOfCommutativeOpsOnly) {
+  for (const char* name : {"add", "mul", "sub", "maximum"}) {
+    SCOPED_TRACE(name);
+    Graph g;
+    ValueId a = g.add_input("a", InputKind::kData, Shape{4}, DType::kFloat32);
+    ValueId b = g.add_input("b", InputKind::kData, Shape{4}, DType::kFloat32);
+    ValueId ab = g.add_node(op(name), {}, {a, b})[0];
+    ValueId ba = g.add_node(op(name), {}, {b, a})[0];
+    g.add_output(g.add_node(op("div"), {}, {ab, ba})[0], "q");
+    const bool commutative = std::string(name) == "add" || std::string(name) == "mul";
+    EXPECT_EQ(CommonSubexpressionElimination().run(g), commutative ? 1 : 0);
+    verify(g);
+  }
+}
+
 TEST(CommonSubexpressionTest, KeepsRandomOpsWithDifferentSeeds) {
   Graph g;
   ValueId r1 =

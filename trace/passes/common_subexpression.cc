@@ -1,5 +1,6 @@
 #include "trace/passes/common_subexpression.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,18 @@
 #include "core/error.h"
 
 namespace tandem::trace {
+namespace {
+
+// A node's inputs as cse compares them: in order, or sorted for a
+// commutative op, so that add(a, b) and add(b, a) are one computation.
+std::vector<ValueId> operands_of(const Node& node) {
+  std::vector<ValueId> operands = node.inputs;
+  const kernels::ElementwiseInfo* info = node.op->elementwise;
+  if (info != nullptr && info->commutative) std::sort(operands.begin(), operands.end());
+  return operands;
+}
+
+}  // namespace
 
 int CommonSubexpressionElimination::run(Graph& graph) {
   // Every value a removed node wrote is replaced by its twin's.
@@ -21,14 +34,15 @@ int CommonSubexpressionElimination::run(Graph& graph) {
   kept.reserve(graph.nodes.size());
   for (Node& node : graph.nodes) {
     for (ValueId& id : node.inputs) id = replacement[id];
+    const std::vector<ValueId> operands = operands_of(node);
     std::string key = str_cat(node.op->name, "(");
-    for (ValueId id : node.inputs) key += str_cat(id, ",");
+    for (ValueId id : operands) key += str_cat(id, ",");
     key += str_cat(")", node.attrs.to_string());
     std::vector<int>& candidates = with_key[key];
     const Node* twin = nullptr;
     for (int c : candidates) {
       const Node& other = kept[static_cast<size_t>(c)];
-      if (other.op == node.op && other.inputs == node.inputs && other.attrs == node.attrs) {
+      if (other.op == node.op && operands_of(other) == operands && other.attrs == node.attrs) {
         twin = &other;
         break;
       }

@@ -35,7 +35,7 @@ int ConstantFolding::run(Graph& graph) {
   int count = 0;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
-    if (node.attrs.has("seed") || !small_enough(graph, node)) continue;
+    if (kernels::is_random(*node.op) || !small_enough(graph, node)) continue;
     bool foldable = true;
     for (ValueId id : node.inputs) foldable = foldable && known[id].defined();
     for (ValueId id : node.outputs) foldable = foldable && !is_output[id];

@@ -5,7 +5,7 @@
 // kConstant graph inputs that its readers read instead.
 //
 // What stays a node:
-//   - random ops (those with a "seed" attribute): the executor may draw a
+//   - random ops (kernels::is_random: a "seed" attribute): the executor may draw a
 //     fresh seed per call (trace/executor.h), so their values are not fixed;
 //   - nodes reading a kState input, even in inference graphs: state is read
 //     live and may change between calls (the caller rebinds parameters);
