@@ -27,6 +27,7 @@ bool Tracer::active() { return active_tracers > 0; }
 ValueId Tracer::add_input(const Tensor& tensor, std::string name) {
   TANDEM_CHECK(!find(tensor).has_value(), "input '", name,
                "' is already part of the trace (passed twice, or made by a traced op)");
+  input_names_.insert(name);
   ValueId id = graph_.add_input(std::move(name), InputKind::kData, tensor.shape(), tensor.dtype());
   remember(tensor, id);
   return id;
@@ -79,8 +80,13 @@ ValueId Tracer::value_of(const Tensor& tensor, const std::source_location& where
   }
   // Data from outside the trace: a state input, read from this handle on
   // every replay.
+  // The namer's name, unless it gives none or one an input has (graph
+  // inputs are named uniquely); else state<k>, the first k free.
   std::string name = state_namer_ ? state_namer_(tensor) : std::string();
-  if (name.empty() || !state_names_.insert(name).second) name = str_cat("state", state_.size());
+  for (size_t k = state_.size(); name.empty() || input_names_.contains(name); ++k) {
+    name = str_cat("state", k);
+  }
+  input_names_.insert(name);
   ValueId id = graph_.add_input(std::move(name), InputKind::kState, tensor.shape(), tensor.dtype());
   state_index_[id] = state_.size();
   state_.push_back(tensor);

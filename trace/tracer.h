@@ -104,8 +104,8 @@ class Tracer final : public kernels::DispatchObserver, public TensorObserver {
 
   // Names each state input by the tensor it captures (a module's parameter
   // or buffer path, "features.0.weight"), so that the graph, its dumps and
-  // errors speak the user's language. An empty name, one already taken, or
-  // no namer: "state<k>".
+  // errors speak the user's language. An empty name, one an input already
+  // has, or no namer: "state<k>" (a free k).
   void set_state_namer(std::function<std::string(const Tensor&)> namer) {
     state_namer_ = std::move(namer);
   }
@@ -150,7 +150,7 @@ class Tracer final : public kernels::DispatchObserver, public TensorObserver {
   absl::flat_hash_set<const TensorImpl*> assigned_set_;
   std::function<void(const Tensor&)> on_capture_;
   std::function<std::string(const Tensor&)> state_namer_;
-  absl::flat_hash_set<std::string> state_names_;  // Those given so far.
+  absl::flat_hash_set<std::string> input_names_;  // Of the graph's inputs so far.
   bool finished_ = false;
   std::unique_ptr<kernels::ObserverScope> op_scope_;
   std::unique_ptr<TensorObserverScope> tensor_scope_;

@@ -43,6 +43,29 @@ TEST(TracerTest, RecordsOpsAndReplaysThem) {
             (std::vector<float>{0, 40, 0, 160}));
 }
 
+// Verifies that state inputs take the namer's names, and that a name some
+// input already has (a data input's, another state's) falls back to a free
+// state<k>: graph inputs are named uniquely.
+TEST(TracerTest, NamesStateInputsUniquely) {
+  Tensor x = vec({1, 2}), a = vec({3, 4}), b = vec({5, 6}), c = vec({7, 8}), d = vec({9, 1});
+  Tracer tracer;
+  tracer.set_state_namer([&](const Tensor& t) -> std::string {
+    if (t.impl_ptr() == a.impl_ptr()) return "fc.weight";
+    if (t.impl_ptr() == b.impl_ptr()) return "fc.weight";  // Taken by a.
+    if (t.impl_ptr() == c.impl_ptr()) return "x";          // A data input's name.
+    return "state0";                                       // d: the name the fallback would give b.
+  });
+  tracer.add_input(x, "x");
+  Tensor y = kernels::call1("add", {x, a});
+  for (const Tensor& t : {b, c, d}) y = kernels::call1("add", {y, t});
+  tracer.add_output(y, "y");
+  Trace t = tracer.finish();
+  verify(t.graph);
+  std::vector<std::string> names;
+  for (const GraphInput& input : t.graph.inputs) names.push_back(input.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"x", "fc.weight", "state1", "state2", "state0"}));
+}
+
 TEST(TracerTest, RecordsViewsAsOps) {
   Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   Tracer tracer;
