@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/cuda/runtime.h"
+#include "core/eager_hooks.h"
 #include "core/engine/engine.h"
 #include "core/engine/object_pool.h"
 #include "core/error.h"
@@ -223,6 +224,28 @@ Tensor Tensor::select(int64_t index, std::source_location where) const {
 }
 
 Tensor Tensor::snapshot() const { return view(binding(), shape(), dtype()); }
+
+Tensor Tensor::detach() const { return snapshot(); }
+
+// The methods eager implements (Note [Eager hooks]).
+Tensor Tensor::to(Device device, std::source_location where) const {
+  return eager_hooks("to").to(*this, device, where);
+}
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  eager_hooks("requires_grad_").set_requires_grad(*this, requires_grad);
+  return *this;
+}
+
+bool Tensor::requires_grad() const { return eager_hooks("requires_grad").requires_grad(*this); }
+
+Tensor Tensor::grad() const { return eager_hooks("grad").grad(*this); }
+
+void Tensor::zero_grad_() const { eager_hooks("zero_grad_").zero_grad(*this); }
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  eager_hooks("backward").backward(*this, gradient, retain_graph);
+}
 
 void Tensor::assign_(const Tensor& value, std::source_location where) const {
   CallSiteScope site("assign_", where);

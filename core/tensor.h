@@ -212,7 +212,8 @@ class Tensor {
 
   // A copy on `device` (this tensor itself when it is there already), made
   // by the to_device op, so autograd and the tracer see it: gradients flow
-  // back to this tensor's device. Implemented by eager/ops.cc.
+  // back to this tensor's device. Needs tandem::eager (Note [Eager hooks] in
+  // core/eager_hooks.h).
   Tensor to(Device device, std::source_location where = std::source_location::current()) const;
 
   // A copy in page-locked host memory, which copies to a CUDA device read
@@ -236,8 +237,8 @@ class Tensor {
   // Waits, then formats shape, dtype, device and (a summary of) the values.
   std::string to_string() const;
 
-  // Autograd, as in PyTorch. Implemented by eager/autograd.cc: a program
-  // that calls these links tandem::eager (tandem::tandem includes it).
+  // Autograd, as in PyTorch. The tape is eager's (eager/autograd.h): all but
+  // detach() need tandem::eager (Note [Eager hooks] in core/eager_hooks.h).
   //
   //   Tensor w = tandem::randn({3, 2}).requires_grad_();
   //   Tensor loss = tandem::sum(tandem::matmul(x, w));

@@ -4,7 +4,9 @@
 
 #include "absl/container/flat_hash_map.h"
 
+#include "core/eager_hooks.h"
 #include "core/error.h"
+#include "eager/ops.h"
 #include "kernels/dispatch.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/known_ops.h"
@@ -112,129 +114,174 @@ NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
 bool grad_mode_enabled() { return grad_enabled; }
 
-Tensor& Tensor::requires_grad_(bool requires_grad) {
-  TANDEM_CHECK(is_floating_point(dtype()) || !requires_grad,
-               "only floating-point tensors can require grad, this one is ", dtype_name(dtype()));
-  auto& meta = impl_ptr()->autograd;
+namespace {
+
+// The gradient backward() starts from: `gradient`, or 1 for a scalar.
+Tensor seed_gradient(const Tensor& tensor, const Tensor& gradient) {
+  Tensor seed = gradient;
+  if (!seed.defined()) {
+    TANDEM_CHECK(tensor.numel() == 1, "backward() without a gradient needs a scalar, got shape ",
+                 tensor.shape().to_string(), "; pass the gradient of the output");
+    std::vector<int64_t> dims(tensor.shape().begin(), tensor.shape().end());
+    // On the tensor's device: a gradient formula may broadcast the seed to a
+    // full tensor, which must not land on the CPU beside GPU tensors.
+    seed = kernels::call1(
+        kernels::ones_op(), {},
+        {{"shape", dims}, {"dtype", tensor.dtype()}, {"device", tensor.device().to_string()}},
+        std::source_location::current());
+  }
+  TANDEM_CHECK(seed.shape() == tensor.shape() && seed.dtype() == tensor.dtype(),
+               "backward(): the gradient has shape ", seed.shape().to_string(), " ",
+               dtype_name(seed.dtype()), ", the tensor ", tensor.shape().to_string(), " ",
+               dtype_name(tensor.dtype()));
+  TANDEM_CHECK(seed.device() == tensor.device() || (seed.rank() == 0 && seed.device().is_cpu()),
+               "backward(): the gradient is on ", seed.device().to_string(), ", the tensor on ",
+               tensor.device().to_string());
+  return seed;
+}
+
+// One gradient per input of `node`, given one per output (undefined where
+// none flowed).
+std::vector<Tensor> node_input_grads(const AutogradNode& node, std::vector<Tensor> grad_outputs) {
+  if (node.released) {
+    throw Error(str_cat("backward through the graph a second time, but its saved tensors "
+                        "were freed by the first backward(); pass retain_graph=true to the "
+                        "first one (the node was recorded here)"),
+                node.display_name(), node.where);
+  }
+  grad_outputs.resize(node.num_outputs);
+  CallSiteScope site(node.display_name().c_str(), node.where);
+  std::vector<Tensor> input_grads;
+  if (node.backward) {
+    // Every output gets a gradient: zeros where none flowed.
+    for (size_t k = 0; k < grad_outputs.size(); ++k) {
+      if (grad_outputs[k].defined()) continue;
+      const Tensor& out = node.outputs[k];
+      grad_outputs[k] =
+          kernels::call1(kernels::zeros_op(), {},
+                         {{"shape", std::vector<int64_t>(out.shape().begin(), out.shape().end())},
+                          {"dtype", out.dtype()},
+                          {"device", out.device().to_string()}},
+                         node.where);
+    }
+    input_grads = node.backward(grad_outputs);
+  } else {
+    input_grads = node.op->gradient(
+        kernels::GradContext{node.inputs, node.outputs, grad_outputs, node.attrs});
+  }
+  TANDEM_INTERNAL_ASSERT(input_grads.size() == node.inputs.size(), "gradient of '",
+                         node.display_name(), "' returned ", input_grads.size(), " tensors for ",
+                         node.inputs.size(), " inputs");
+  return input_grads;
+}
+
+using PendingGrads = absl::flat_hash_map<AutogradNode*, std::vector<Tensor>>;
+
+// Sends each input gradient of `node` along its edge: into the pending
+// gradients of the node that made the input, or into a leaf's grad().
+void route_input_grads(const AutogradNode& node, absl::Span<const Tensor> input_grads,
+                       PendingGrads& pending) {
+  for (size_t i = 0; i < node.edges.size(); ++i) {
+    const AutogradNode::Edge& edge = node.edges[i];
+    const Tensor& g = input_grads[i];
+    if (!g.defined()) continue;
+    TANDEM_INTERNAL_ASSERT(g.shape() == node.inputs[i].shape(), "gradient of '",
+                           node.display_name(), "' for input ", i, " has shape ",
+                           g.shape().to_string(), ", the input ",
+                           node.inputs[i].shape().to_string());
+    if (edge.node) {
+      auto& slot = pending[edge.node.get()];
+      slot.resize(edge.node->num_outputs);
+      slot[edge.output_index] = accumulate(slot[edge.output_index], g);
+    } else if (edge.leaf) {
+      edge.leaf->grad = accumulate(edge.leaf->grad, g);
+    }
+  }
+}
+
+// Frees the saved tensors now, and the edges too, so that a long graph is
+// torn down node by node here rather than by deep recursion later.
+void release(AutogradNode& node) {
+  node.inputs.clear();
+  node.outputs.clear();
+  node.edges.clear();
+  node.backward = nullptr;  // Holds the saved values of a replayed graph.
+  node.released = true;
+}
+
+void run_backward(const Tensor& tensor, const Tensor& gradient, bool retain_graph) {
+  const auto& meta = meta_of(tensor);
+  TANDEM_CHECK(meta != nullptr && (meta->grad_fn || meta->requires_grad),
+               "backward() on a tensor that does not require grad: no input of the ops that "
+               "made it had requires_grad_()");
+  Tensor seed = seed_gradient(tensor, gradient);
+  // Gradients are computed with ops but not recorded: no double backward yet.
+  NoGradGuard no_grad;
+  if (seed.device() != tensor.device()) seed = seed.to(tensor.device());  // A CPU scalar.
+  if (!meta->grad_fn) {  // A leaf: its gradient is the seed.
+    meta->grad = accumulate(meta->grad, seed);
+    return;
+  }
+  PendingGrads pending;
+  pending[meta->grad_fn.get()].resize(meta->grad_fn->num_outputs);
+  pending[meta->grad_fn.get()][meta->output_index] = seed;
+  for (const std::shared_ptr<AutogradNode>& node : reverse_topological_order(meta->grad_fn)) {
+    auto it = pending.find(node.get());
+    if (it == pending.end()) continue;  // Nothing flowed here (e.g. only through ints).
+    std::vector<Tensor> grad_outputs = std::move(it->second);
+    pending.erase(it);
+    route_input_grads(*node, node_input_grads(*node, std::move(grad_outputs)), pending);
+    if (!retain_graph) release(*node);
+  }
+}
+
+void set_requires_grad(const Tensor& tensor, bool requires_grad) {
+  TANDEM_CHECK(is_floating_point(tensor.dtype()) || !requires_grad,
+               "only floating-point tensors can require grad, this one is ",
+               dtype_name(tensor.dtype()));
+  auto& meta = tensor.impl_ptr()->autograd;
   TANDEM_CHECK(meta == nullptr || meta->grad_fn == nullptr,
                "requires_grad_() is for leaf tensors; this one is the result of op '",
                meta ? meta->grad_fn->display_name() : "", "' (use detach() to make a leaf)");
   tape();  // Start recording on every thread.
   if (!meta) meta = std::make_shared<AutogradMeta>();
   meta->requires_grad = requires_grad;
-  return *this;
 }
 
-bool Tensor::requires_grad() const { return needs_grad(*this); }
-
-Tensor Tensor::grad() const {
-  const auto& meta = meta_of(*this);
-  return meta ? meta->grad : Tensor();
-}
-
-void Tensor::zero_grad_() const {
-  if (const auto& meta = meta_of(*this)) meta->grad = Tensor();
-}
-
-Tensor Tensor::detach() const { return detached(*this); }
-
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  const auto& meta = meta_of(*this);
-  TANDEM_CHECK(meta != nullptr && (meta->grad_fn || meta->requires_grad),
-               "backward() on a tensor that does not require grad: no input of the ops that "
-               "made it had requires_grad_()");
-  Tensor seed = gradient;
-  if (!seed.defined()) {
-    TANDEM_CHECK(numel() == 1, "backward() without a gradient needs a scalar, got shape ",
-                 shape().to_string(), "; pass the gradient of the output");
-    std::vector<int64_t> dims(shape().begin(), shape().end());
-    // On the tensor's device: a gradient formula may broadcast the seed to a
-    // full tensor, which must not land on the CPU beside GPU tensors.
-    seed = kernels::call1(kernels::ones_op(), {},
-                          {{"shape", dims}, {"dtype", dtype()}, {"device", device().to_string()}},
-                          std::source_location::current());
+// Tensor's autograd methods and to(device) (Note [Eager hooks] in
+// core/eager_hooks.h).
+class Hooks final : public EagerHooks {
+ public:
+  void set_requires_grad(const Tensor& tensor, bool requires_grad) const override {
+    tandem::set_requires_grad(tensor, requires_grad);
   }
-  TANDEM_CHECK(seed.shape() == shape() && seed.dtype() == dtype(), "backward(): the gradient has ",
-               "shape ", seed.shape().to_string(), " ", dtype_name(seed.dtype()), ", the tensor ",
-               shape().to_string(), " ", dtype_name(dtype()));
-  TANDEM_CHECK(seed.device() == device() || (seed.rank() == 0 && seed.device().is_cpu()),
-               "backward(): the gradient is on ", seed.device().to_string(), ", the tensor on ",
-               device().to_string());
-  // Gradients are computed with ops but not recorded: no double backward yet.
-  NoGradGuard no_grad;
-  if (seed.device() != device()) seed = seed.to(device());  // A CPU scalar: leaves' grads follow.
-  if (!meta->grad_fn) {                                     // A leaf: its gradient is the seed.
-    meta->grad = accumulate(meta->grad, seed);
-    return;
+  bool requires_grad(const Tensor& tensor) const override { return needs_grad(tensor); }
+  Tensor grad(const Tensor& tensor) const override {
+    const auto& meta = meta_of(tensor);
+    return meta ? meta->grad : Tensor();
   }
-  std::vector<std::shared_ptr<AutogradNode>> order = reverse_topological_order(meta->grad_fn);
-  absl::flat_hash_map<AutogradNode*, std::vector<Tensor>> grads;
-  grads[meta->grad_fn.get()].resize(meta->grad_fn->num_outputs);
-  grads[meta->grad_fn.get()][meta->output_index] = seed;
+  void zero_grad(const Tensor& tensor) const override {
+    if (const auto& meta = meta_of(tensor)) meta->grad = Tensor();
+  }
+  void backward(const Tensor& tensor, const Tensor& gradient, bool retain_graph) const override {
+    run_backward(tensor, gradient, retain_graph);
+  }
+  Tensor to(const Tensor& tensor, Device device, const std::source_location& where) const override {
+    return tandem::to(tensor, device, where);
+  }
+};
 
-  for (const std::shared_ptr<AutogradNode>& node_holder : order) {
-    AutogradNode* node = node_holder.get();
-    auto it = grads.find(node);
-    if (it == grads.end()) continue;  // Nothing flowed here (e.g. only through ints).
-    std::vector<Tensor> grad_outputs = std::move(it->second);
-    grads.erase(it);
-    if (node->released) {
-      throw Error(str_cat("backward through the graph a second time, but its saved tensors "
-                          "were freed by the first backward(); pass retain_graph=true to the "
-                          "first one (the node was recorded here)"),
-                  node->display_name(), node->where);
-    }
-    grad_outputs.resize(node->num_outputs);
-    std::vector<Tensor> input_grads;
-    {
-      CallSiteScope site(node->display_name().c_str(), node->where);
-      if (node->backward) {
-        // Every output gets a gradient: zeros where none flowed.
-        for (size_t k = 0; k < grad_outputs.size(); ++k) {
-          if (grad_outputs[k].defined()) continue;
-          const Tensor& out = node->outputs[k];
-          grad_outputs[k] = kernels::call1(
-              kernels::zeros_op(), {},
-              {{"shape", std::vector<int64_t>(out.shape().begin(), out.shape().end())},
-               {"dtype", out.dtype()},
-               {"device", out.device().to_string()}},
-              node->where);
-        }
-        input_grads = node->backward(grad_outputs);
-      } else {
-        input_grads = node->op->gradient(
-            kernels::GradContext{node->inputs, node->outputs, grad_outputs, node->attrs});
-      }
-    }
-    TANDEM_INTERNAL_ASSERT(input_grads.size() == node->inputs.size(), "gradient of '",
-                           node->display_name(), "' returned ", input_grads.size(), " tensors for ",
-                           node->inputs.size(), " inputs");
-    for (size_t i = 0; i < node->edges.size(); ++i) {
-      const AutogradNode::Edge& edge = node->edges[i];
-      const Tensor& g = input_grads[i];
-      if (!g.defined()) continue;
-      TANDEM_INTERNAL_ASSERT(g.shape() == node->inputs[i].shape(), "gradient of '",
-                             node->display_name(), "' for input ", i, " has shape ",
-                             g.shape().to_string(), ", the input ",
-                             node->inputs[i].shape().to_string());
-      if (edge.node) {
-        auto& slot = grads[edge.node.get()];
-        slot.resize(edge.node->num_outputs);
-        slot[edge.output_index] = accumulate(slot[edge.output_index], g);
-      } else if (edge.leaf) {
-        edge.leaf->grad = accumulate(edge.leaf->grad, g);
-      }
-    }
-    if (!retain_graph) {
-      // Free the saved tensors now, and the edges too, so that a long graph
-      // is torn down node by node here rather than by deep recursion later.
-      node->inputs.clear();
-      node->outputs.clear();
-      node->edges.clear();
-      node->backward = nullptr;  // Holds the saved values of a replayed graph.
-      node->released = true;
-    }
-  }
-}
+// Installed while eager is initialized. Every program that links tandem::eager
+// keeps this object file: eager/CMakeLists.txt names the anchor below to
+// the linker.
+const bool hooks_installed = [] {
+  static const Hooks hooks;
+  set_eager_hooks(&hooks);
+  return true;
+}();
+
+}  // namespace
+
+extern "C" const bool* tandem_eager_hooks_anchor() { return &hooks_installed; }
 
 }  // namespace tandem

@@ -88,7 +88,7 @@ struct HybridizeOptions {
   // module gives its state_dict(), so that its graphs, their dumps and their
   // errors name "features.0.weight" rather than "state3". Unset, or a tensor
   // it does not list: "state<k>".
-  std::function<std::vector<std::pair<std::string, Tensor>>()> state_names;
+  std::function<std::vector<std::pair<std::string, Tensor>>()> state_names = {};
 };
 
 // A function of tensors, traced and replayed per input signature.

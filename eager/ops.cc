@@ -252,10 +252,6 @@ void move_to_(const Tensor& x, Device device, Location where) {
   }
 }
 
-Tensor Tensor::to(Device device, std::source_location where) const {
-  return tandem::to(*this, device, where);
-}
-
 void manual_seed(uint64_t seed) {
   Generator& g = generator();
   std::lock_guard lock(g.mu);

@@ -12,24 +12,17 @@
 
 #include "core/error.h"
 #include "tandem/tandem.h"
+#include "tests/error_of.h"
 #include "tests/scoped_env.h"
 
 namespace tandem {
 namespace {
 
+using tandem::testing::error_message_of;
 using tandem::testing::ScopedEnv;
 using ::testing::HasSubstr;
 
 constexpr const char* kName = "TANDEM_TEST_SETTING";
-
-std::string error_of(const std::function<void()>& use) {
-  try {
-    use();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
 
 // Verifies that unset and empty mean the fallback, and that whole numbers
 // in range parse.
@@ -51,7 +44,7 @@ TEST(EnvironmentTest, IntegerInRangeOrFallback) {
 TEST(EnvironmentTest, IntegerErrorsNameVariableValueAndRange) {
   for (const char* bad : {"9", "0", "x", "1.5", "12abc"}) {
     ScopedEnv env(kName, bad);
-    std::string message = error_of([] { environment::integer(kName, 1, 8, 3, "things"); });
+    std::string message = error_message_of([] { environment::integer(kName, 1, 8, 3, "things"); });
     EXPECT_THAT(message, HasSubstr(std::string(kName) + "='" + bad + "'"));
     EXPECT_THAT(message, HasSubstr("a whole number of things, from 1 to 8"));
   }
@@ -71,7 +64,7 @@ TEST(EnvironmentTest, BytesWithSuffixes) {
   for (const char* bad : {"1X", "M", "-1", "2P", "2000000T"}) {
     ScopedEnv env(kName, bad);
     std::string message =
-        error_of([] { environment::bytes(kName, 0, size_t{1} << 50, 7, "memory"); });
+        error_message_of([] { environment::bytes(kName, 0, size_t{1} << 50, 7, "memory"); });
     EXPECT_THAT(message, HasSubstr(std::string(kName) + "='" + bad + "'"));
     EXPECT_THAT(message, HasSubstr("suffix K, M, G or T"));
     EXPECT_THAT(message, HasSubstr("from 0 B to 1024 TiB"));
@@ -85,7 +78,7 @@ TEST(EnvironmentTest, Choice) {
     EXPECT_EQ(environment::choice(kName, {"a", "b"}, "a"), "b");
   }
   ScopedEnv env(kName, "c");
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(error_message_of([] {
                 environment::choice(kName, {"a", "b"}, "a");
               }),
               HasSubstr("TANDEM_TEST_SETTING='c' is not accepted: expected one of 'a', 'b'"));
@@ -100,8 +93,8 @@ TEST(EnvironmentTest, BadBindThreadsFailsEveryOpAtItsCall) {
   EXPECT_EXIT(
       {
         Tensor x = Tensor::from_vector<float>({1, 2}, {2});
-        std::string first = error_of([&] { add(x, x); });
-        std::string again = error_of([&] { add(x, x); });
+        std::string first = error_message_of([&] { add(x, x); });
+        std::string again = error_message_of([&] { add(x, x); });
         std::exit(
             first.find("TANDEM_BIND_THREADS='yes'") != std::string::npos && first == again ? 0 : 1);
       },

@@ -9,26 +9,17 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/shape.h"
+#include "tests/error_of.h"
 
 namespace tandem {
 namespace {
+
+using tandem::testing::error_of;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 bool contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
-}
-
-// Runs `fn`, which must throw tandem::Error, and returns what() of the error.
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tandem::Error was thrown";
-  return "";
 }
 
 // --- Shape --------------------------------------------------------------------------------

@@ -28,11 +28,13 @@
 #include "core/tensor.h"
 #include "eager/data/dataloader.h"
 #include "eager/data/idx.h"
+#include "tests/error_of.h"
 #include "tests/scoped_env.h"
 
 namespace tandem::data {
 namespace {
 
+using tandem::testing::error_of;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -95,21 +97,6 @@ std::string write_gzip(std::string_view name, const Bytes& bytes) {
 Bytes concat(Bytes a, const Bytes& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-// Runs `fn`, which must throw tandem::Error, and returns its what().
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected tandem::Error, got another exception: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "no tandem::Error was thrown";
-  return {};
 }
 
 // read_idx(path) must fail with a message naming the file and each of `parts`.

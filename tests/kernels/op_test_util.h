@@ -25,8 +25,11 @@
 #include "core/tensor.h"
 #include "kernels/attrs.h"
 #include "kernels/registry.h"
+#include "tests/error_of.h"
 
 namespace tandem::kernels::testing {
+
+using tandem::testing::error_of;
 
 using Inputs = std::vector<Tensor>;
 
@@ -104,19 +107,6 @@ void expect_moments(const std::vector<double>& samples, const Moments& m);
 Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype = DType::kFloat64);
 Tensor map2(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f,
             DType dtype = DType::kFloat64);
-
-// Runs `fn`, which must throw tandem::Error, and returns what() of it (a
-// test failure, and "", if nothing is thrown).
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tandem::Error was thrown";
-  return "";
-}
 
 // An activation conv2d and linear can fuse (Note [Fused activation] in
 // kernels/cpu/onednn.h), with the "alpha" a layer takes for it.

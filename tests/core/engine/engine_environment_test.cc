@@ -8,11 +8,13 @@
 
 #include "core/tensor.h"
 #include "tests/core/engine/engine_test_util.h"
+#include "tests/error_of.h"
 #include "tests/scoped_env.h"
 
 namespace tandem::engine::testing {
 namespace {
 
+using tandem::testing::error_message_of;
 using tandem::testing::ScopedEnv;
 using ::testing::ExitedWithCode;
 
@@ -27,18 +29,6 @@ class EngineEnvironmentTest : public ::testing::TestWithParam<BadSetting> {
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
 };
 
-// The message of the error `use` throws (without the op and line it names),
-// or "" when it throws none.
-template <class Use>
-std::string error_of(Use use) {
-  try {
-    use();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
 // Verifies that the first tensor made, and then current() itself, throw a
 // catchable error naming the variable, its value and the accepted range.
 TEST_P(EngineEnvironmentTest, FirstUseThrowsAnErrorNamingTheSetting) {
@@ -46,8 +36,8 @@ TEST_P(EngineEnvironmentTest, FirstUseThrowsAnErrorNamingTheSetting) {
   ScopedEnv env(bad.variable, bad.value);
   EXPECT_EXIT(
       {
-        std::string first = error_of([] { Tensor::from_vector<float>({1, 2}, {2}); });
-        std::string again = error_of([] { current(); });
+        std::string first = error_message_of([] { Tensor::from_vector<float>({1, 2}, {2}); });
+        std::string again = error_message_of([] { current(); });
         bool named =
             first.find(std::string(bad.variable) + "='" + bad.value + "'") != std::string::npos &&
             first.find(bad.expected) != std::string::npos;
