@@ -277,6 +277,25 @@ bool same_data(const Tensor& a, const Tensor& b) {
          a.shape() == b.shape() && a.dtype() == b.dtype();
 }
 
+// Names a captured tensor by the first of `names` with the same data, or
+// "". Indexed by where the data lies: a model has hundreds of tensors.
+std::function<std::string(const Tensor&)> state_namer(
+    const std::vector<std::pair<std::string, Tensor>>& names) {
+  using Place = std::pair<const Storage*, size_t>;
+  absl::flat_hash_map<Place, std::vector<std::pair<std::string, Tensor>>> at;
+  for (const auto& [name, tensor] : names) {
+    at[Place{tensor.storage().get(), tensor.byte_offset()}].emplace_back(name, tensor);
+  }
+  return [at = std::move(at)](const Tensor& t) {
+    auto it = at.find(Place{t.storage().get(), t.byte_offset()});
+    if (it == at.end()) return std::string();
+    for (const auto& [name, tensor] : it->second) {
+      if (same_data(tensor, t)) return name;
+    }
+    return std::string();
+  };
+}
+
 // A parameter the trace captured, with the gradient it had then: a
 // gradient that is the same tensor at the end was not touched.
 struct Leaf {
@@ -442,14 +461,7 @@ CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Sign
     if (AutogradMeta* meta = leaf_meta(t)) leaves.push_back({t, meta->grad});
     if (differentiable) captured.emplace_back(t, t.snapshot());
   });
-  if (options.state_names) {
-    tracer.set_state_namer([names = options.state_names()](const Tensor& t) {
-      for (const auto& [name, tensor] : names) {
-        if (same_data(tensor, t)) return name;
-      }
-      return std::string();
-    });
-  }
+  if (options.state_names) tracer.set_state_namer(state_namer(options.state_names()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     tracer.add_input(traced_inputs[i], str_cat("input", i));
   }

@@ -27,8 +27,9 @@ int CommonSubexpressionElimination::run(Graph& graph) {
   std::vector<ValueId> replacement(graph.values.size());
   for (size_t id = 0; id < replacement.size(); ++id) replacement[id] = static_cast<ValueId>(id);
 
-  // Candidates are found by a text key of op, inputs and attributes, then
-  // compared exactly: attribute text rounds floats.
+  // Candidates are found by a text key of op, operands and attributes. The
+  // key holds the op and operands exactly; attribute text rounds floats, so
+  // the attributes of candidates are compared again.
   absl::flat_hash_map<std::string, std::vector<int>> with_key;
   std::vector<Node> kept;
   kept.reserve(graph.nodes.size());
@@ -42,7 +43,7 @@ int CommonSubexpressionElimination::run(Graph& graph) {
     const Node* twin = nullptr;
     for (int c : candidates) {
       const Node& other = kept[static_cast<size_t>(c)];
-      if (other.op == node.op && operands_of(other) == operands && other.attrs == node.attrs) {
+      if (other.attrs == node.attrs) {
         twin = &other;
         break;
       }
