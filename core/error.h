@@ -20,6 +20,16 @@
 // caller's `std::source_location` (taken as a defaulted argument); every
 // `TANDEM_CHECK` that fails inside the scope attaches both. Scopes nest; the
 // innermost wins. The cost is two thread-local stores per call.
+//
+// Note [Name scopes]
+// A call of an nn module (eager/nn/module.h) opens a NameScope with the
+// module's name in the module that called it ("fc1") and the user's line of
+// that call. The dotted path of the open scopes ("features.0.conv") says
+// which part of a model an op belongs to: an error raised inside names it,
+// and a traced node keeps it (as torch's nn_module_stack does), for to_text,
+// the DOT picture and the exported graph. A check that fails outside any op
+// (a module checking its input) takes the innermost scope's line. A scope
+// with an empty name (the outermost module) adds nothing to the path.
 #pragma once
 
 #include <exception>
@@ -33,21 +43,26 @@ namespace tandem {
 
 class Error : public std::exception {
  public:
-  // `op` may be empty; a default-constructed `where` (line 0) means "unknown".
-  explicit Error(std::string message, std::string op = {}, std::source_location where = {});
+  // `op` may be empty; a default-constructed `where` (line 0) means "unknown";
+  // `scope` is the path of the module it happened in (Note [Name scopes]).
+  explicit Error(std::string message, std::string op = {}, std::source_location where = {},
+                 std::string scope = {});
 
-  // The full text: "<op>: <message> (at <file>:<line>)", parts omitted when unknown.
+  // The full text: "<op>: <message> (at <file>:<line>, in <scope>)", parts
+  // omitted when unknown.
   const char* what() const noexcept override { return what_.c_str(); }
   // The bare message, without op and location.
   const std::string& message() const { return message_; }
   const std::string& op() const { return op_; }
   const std::source_location& where() const { return where_; }
   bool has_location() const { return where_.line() != 0; }
+  const std::string& scope() const { return scope_; }
 
  private:
   std::string message_;
   std::string op_;
   std::source_location where_;
+  std::string scope_;
   std::string what_;
 };
 
@@ -75,6 +90,23 @@ class CallSiteScope {
 
 // The current thread's call site; empty fields when no scope is open.
 const CallSite& current_call_site();
+
+// Adds `name`, called from `where`, to this thread's scope path until the
+// scope ends. See Note [Name scopes].
+class NameScope {
+ public:
+  NameScope(std::string name, const std::source_location& where);
+  ~NameScope();
+  NameScope(const NameScope&) = delete;
+  NameScope& operator=(const NameScope&) = delete;
+};
+
+// The dotted path of this thread's open name scopes; "" when none is open.
+std::string current_scope_path();
+
+// The line that opened the innermost name scope, or `fallback` when none is
+// open.
+std::source_location innermost_scope_site(const std::source_location& fallback);
 
 namespace detail {
 // Debian's Abseil keeps its own string_view type, which absl::StrCat takes

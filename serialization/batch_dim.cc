@@ -98,7 +98,7 @@ trace::Graph with_input_shapes(const trace::Graph& graph, absl::Span<const Shape
     for (trace::ValueId id : node.inputs) inputs.push_back(renumber[id]);
     std::vector<trace::ValueId> outputs;
     try {
-      outputs = out.add_node(*node.op, node.attrs, std::move(inputs), node.where);
+      outputs = out.add_node(*node.op, node.attrs, std::move(inputs), node.where, node.scope);
     } catch (const Error& e) {
       const std::string& source = n < sources.size() ? sources[n] : std::string();
       throw Error(str_cat("node ", n, " (", node.op->name,

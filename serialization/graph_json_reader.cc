@@ -392,7 +392,7 @@ class GraphParser {
     for (size_t n = 0; n < nodes.size(); ++n) {
       const std::string p = str_cat("/nodes/", n);
       const Json& j = f_.object(nodes[n], p);
-      f_.only(j, p, {"name", "op", "attrs", "inputs", "outputs", "source"});
+      f_.only(j, p, {"name", "op", "attrs", "inputs", "outputs", "source", "scope"});
       std::string name = f_.name(f_.at(j, "name", p), p + "/name");
       if (auto [it, inserted] = node_names.try_emplace(name, p); !inserted) {
         f_.fail(p + "/name",
@@ -487,6 +487,10 @@ class GraphParser {
       std::string source;
       if (auto it = j.find("source"); it != j.end()) source = f_.string(*it, p + "/source", 4096);
       out_.node_sources.push_back(std::move(source));
+      // Since 1.1: the module path that made the node.
+      if (auto it = j.find("scope"); it != j.end()) {
+        out_.graph.nodes.back().scope = f_.string(*it, p + "/scope", 4096);
+      }
     }
   }
 

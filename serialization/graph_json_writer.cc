@@ -173,6 +173,7 @@ std::string write_graph_json(const GraphFile& file) {
     }
     entry["outputs"] = std::move(outputs);
     if (!file.node_sources[n].empty()) entry["source"] = file.node_sources[n];
+    if (!node.scope.empty()) entry["scope"] = node.scope;
     nodes.push_back(std::move(entry));
   }
   root["nodes"] = std::move(nodes);

@@ -1,6 +1,7 @@
 // Text and Graphviz dumps of a graph (graph.h).
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "core/error.h"
 #include "trace/graph.h"
@@ -31,6 +32,16 @@ const char* kind_name(InputKind kind) {
   return "?";
 }
 
+// `text` inside a double-quoted DOT label: names may hold any character.
+std::string dot_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string to_text(const Graph& graph) {
@@ -45,7 +56,9 @@ std::string to_text(const Graph& graph) {
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       out << (k ? ", " : " ") << type_of(graph, node.outputs[k]);
     }
-    if (node.where.line() != 0) out << "   # " << format_location(node.where);
+    if (node.where.line() != 0 || !node.scope.empty()) out << "   #";
+    if (node.where.line() != 0) out << " " << format_location(node.where);
+    if (!node.scope.empty()) out << " in " << node.scope;
     out << "\n";
   }
   for (const GraphOutput& output : graph.outputs) {
@@ -68,12 +81,13 @@ std::string to_dot(const Graph& graph) {
         << (input.kind == InputKind::kData    ? "box"
             : input.kind == InputKind::kState ? "cylinder"
                                               : "plaintext")
-        << ", label=\"" << input.name << "\"];\n";
+        << ", label=\"" << dot_escaped(input.name) << "\"];\n";
   }
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
     out << "  n" << n << " [shape=ellipse, label=\"" << node.op->name;
     if (node.where.line() != 0) out << "\\n" << format_location(node.where);
+    if (!node.scope.empty()) out << "\\n" << dot_escaped(node.scope);
     out << "\"];\n";
     for (ValueId id : node.inputs) {
       out << "  " << source(id) << " -> n" << n << " [label=\"" << type_of(graph, id) << "\"];\n";

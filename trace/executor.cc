@@ -33,6 +33,7 @@ struct Executor::Program {
     kernels::KernelFn kernel;
     kernels::Attrs attrs;
     std::source_location where;
+    std::string scope;  // The node's module path, for errors.
     // Planned buffers and constants; undefined where a patch fills in.
     absl::InlinedVector<Tensor, 4> inputs;
     absl::InlinedVector<Tensor, 2> outputs;
@@ -140,9 +141,9 @@ void run_step(const Executor::Program::Step& step, const Frame& frame,
   try {
     run_step_unchecked(step, frame, run);
   } catch (const Error& e) {
-    throw Error(e.message(), step.op->name, step.where);
+    throw Error(e.message(), step.op->name, step.where, step.scope);
   } catch (const std::exception& e) {
-    throw Error(e.what(), step.op->name, step.where);
+    throw Error(e.what(), step.op->name, step.where, step.scope);
   }
 }
 
@@ -285,10 +286,12 @@ void build_steps(Executor::Program& p, const Placement& at) {
     step.kernel = p.options.device.is_cpu() ? node.op->cpu : node.op->cuda;
     {
       CallSiteScope site(node.op->name.c_str(), node.where);
+      NameScope scope(node.scope, node.where);
       TANDEM_CHECK(step.kernel != nullptr, "has no kernel for ", p.options.device.to_string());
     }
     step.attrs = node.attrs;
     step.where = node.where;
+    step.scope = node.scope;
     if (kernels::is_random(*node.op)) step.seed_slot = p.num_random_steps++;
     auto place = [&](ValueId id, int position, absl::InlinedVector<Tensor, 4>* into_inputs,
                      absl::InlinedVector<Tensor, 2>* into_outputs) {

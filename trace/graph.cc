@@ -20,22 +20,24 @@ ValueId Graph::add_constant(std::string name, Tensor value) {
 }
 
 std::vector<ValueId> Graph::add_node(const kernels::OpDef& op, const kernels::Attrs& attrs,
-                                     std::vector<ValueId> node_inputs, std::source_location where) {
+                                     std::vector<ValueId> node_inputs, std::source_location where,
+                                     std::string scope) {
   CallSiteScope site(op.name.c_str(), where);
   kernels::Attrs resolved = kernels::resolve_attrs(op, attrs);
   kernels::TensorMetas metas;
   metas.reserve(node_inputs.size());
   for (ValueId id : node_inputs) metas.push_back(meta(id));
   kernels::TensorMetas inferred = op.infer(metas, resolved);
-  return add_node(op, std::move(resolved), std::move(node_inputs), inferred, where);
+  return add_node(op, std::move(resolved), std::move(node_inputs), inferred, where,
+                  std::move(scope));
 }
 
 std::vector<ValueId> Graph::add_node(const kernels::OpDef& op, kernels::Attrs attrs,
                                      std::vector<ValueId> node_inputs,
                                      absl::Span<const kernels::TensorMeta> node_outputs,
-                                     std::source_location where) {
+                                     std::source_location where, std::string scope) {
   int index = static_cast<int>(nodes.size());
-  Node node{&op, std::move(attrs), std::move(node_inputs), {}, where};
+  Node node{&op, std::move(attrs), std::move(node_inputs), {}, where, std::move(scope)};
   for (size_t k = 0; k < node_outputs.size(); ++k) {
     node.outputs.push_back(static_cast<ValueId>(values.size()));
     values.push_back({node_outputs[k].shape, node_outputs[k].dtype, index, static_cast<int>(k)});

@@ -58,6 +58,10 @@ struct Node {
   // a node a pass created from nothing): errors while optimizing or replaying
   // the node point there.
   std::source_location where;
+  // The path of the module that made the node, relative to the traced one
+  // ("features.0"; "" for the traced module's own ops): Note [Name scopes] in
+  // core/error.h. Passes keep it on the nodes they rewrite.
+  std::string scope;
 };
 
 // kData: passed by the caller on each call. kState: read live on each call
@@ -89,13 +93,14 @@ struct Graph {
   // op's inference gives (which checks the inputs, as at an eager call).
   // Returns the new output values.
   std::vector<ValueId> add_node(const kernels::OpDef& op, const kernels::Attrs& attrs,
-                                std::vector<ValueId> inputs, std::source_location where = {});
+                                std::vector<ValueId> inputs, std::source_location where = {},
+                                std::string scope = {});
   // Appends a node whose outputs' shapes and dtypes are already known (the
   // tracer, which saw them at the eager call).
   std::vector<ValueId> add_node(const kernels::OpDef& op, kernels::Attrs attrs,
                                 std::vector<ValueId> inputs,
                                 absl::Span<const kernels::TensorMeta> outputs,
-                                std::source_location where);
+                                std::source_location where, std::string scope = {});
   void add_output(ValueId value, std::string name);
 
   // Recomputes every value's producer from `nodes`; passes that reorder or

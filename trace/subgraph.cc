@@ -30,7 +30,7 @@ Graph extract_subgraph(const Graph& graph, const std::vector<int>& nodes,
     kernels::TensorMetas metas;
     for (ValueId id : node.outputs) metas.push_back(graph.meta(id));
     std::vector<ValueId> made =
-        out.add_node(*node.op, node.attrs, std::move(ins), metas, node.where);
+        out.add_node(*node.op, node.attrs, std::move(ins), metas, node.where, node.scope);
     for (size_t k = 0; k < made.size(); ++k) new_id[node.outputs[k]] = made[k];
   }
   for (const GraphOutput& output : outputs) out.add_output(map(output.value), output.name);

@@ -13,9 +13,21 @@ std::vector<int64_t> dims_of(const Shape& shape) { return {shape.begin(), shape.
 }  // namespace
 
 Tracer::Tracer()
-    : op_scope_(std::make_unique<kernels::ObserverScope>(this)),
+    : outer_scope_(current_scope_path()),
+      op_scope_(std::make_unique<kernels::ObserverScope>(this)),
       tensor_scope_(std::make_unique<TensorObserverScope>(this)) {
   ++active_tracers;
+}
+
+std::string Tracer::scope() const {
+  std::string path = current_scope_path();
+  if (outer_scope_.empty()) return path;
+  // Inside the traced module: drop its own path and the dot after it.
+  if (path.size() > outer_scope_.size() && path.starts_with(outer_scope_) &&
+      path[outer_scope_.size()] == '.') {
+    return path.substr(outer_scope_.size() + 1);
+  }
+  return path == outer_scope_ ? std::string() : path;
 }
 
 Tracer::~Tracer() {
@@ -111,20 +123,20 @@ ValueId Tracer::record_view(const Tensor& tensor, const Known& base,
   } else if (base.shape.rank() > 0 && row > 0 && begin % row == 0 && count % row == 0) {
     id = graph_.add_node(
         kernels::slice_op(),
-        {{"axis", int64_t{0}}, {"begin", begin / row}, {"end", (begin + count) / row}}, {id},
-        where)[0];
+        {{"axis", int64_t{0}}, {"begin", begin / row}, {"end", (begin + count) / row}}, {id}, where,
+        scope())[0];
   } else {
     if (base.shape.rank() != 1) {
       id = graph_.add_node(kernels::reshape_op(), {{"shape", std::vector<int64_t>{-1}}}, {id},
-                           where)[0];
+                           where, scope())[0];
     }
     id = graph_.add_node(kernels::slice_op(),
                          {{"axis", int64_t{0}}, {"begin", begin}, {"end", begin + count}}, {id},
-                         where)[0];
+                         where, scope())[0];
   }
   if (graph_.value(id).shape != tensor.shape()) {
-    id = graph_.add_node(kernels::reshape_op(), {{"shape", dims_of(tensor.shape())}}, {id},
-                         where)[0];
+    id = graph_.add_node(kernels::reshape_op(), {{"shape", dims_of(tensor.shape())}}, {id}, where,
+                         scope())[0];
   }
   remember(tensor, id);
   return id;
@@ -154,7 +166,7 @@ void Tracer::on_op(const kernels::OpDef& op, absl::Span<const Tensor> inputs,
   kernels::TensorMetas metas;
   metas.reserve(outputs.size());
   for (const Tensor& t : outputs) metas.push_back({t.shape(), t.dtype()});
-  std::vector<ValueId> made = graph_.add_node(op, attrs, std::move(ids), metas, where);
+  std::vector<ValueId> made = graph_.add_node(op, attrs, std::move(ids), metas, where, scope());
   for (size_t k = 0; k < outputs.size(); ++k) {
     remember(outputs[k], made[k]);
     made_here_.insert(outputs[k].impl_ptr().get());

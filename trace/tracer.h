@@ -132,6 +132,8 @@ class Tracer final : public kernels::DispatchObserver, public TensorObserver {
   ValueId value_of(const Tensor& tensor, const std::source_location& where);
   ValueId record_view(const Tensor& tensor, const Known& base, const std::source_location& where);
   void remember(const Tensor& tensor, ValueId value);
+  // The module path of a node recorded now, relative to outer_scope_.
+  std::string scope() const;
 
   Graph graph_;
   std::vector<Tensor> state_;
@@ -152,6 +154,9 @@ class Tracer final : public kernels::DispatchObserver, public TensorObserver {
   std::function<std::string(const Tensor&)> state_namer_;
   absl::flat_hash_set<std::string> input_names_;  // Of the graph's inputs so far.
   bool finished_ = false;
+  // The module path where tracing started: the traced module's own
+  // (Note [Name scopes] in core/error.h).
+  std::string outer_scope_;
   std::unique_ptr<kernels::ObserverScope> op_scope_;
   std::unique_ptr<TensorObserverScope> tensor_scope_;
 };

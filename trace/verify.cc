@@ -16,7 +16,8 @@ namespace {
   std::string message = str_cat("invalid graph (", stage, "): ", what);
   if (node != nullptr) message = str_cat(message, " [node ", index, "]");
   throw Error(std::move(message), std::move(op),
-              node != nullptr ? node->where : std::source_location{});
+              node != nullptr ? node->where : std::source_location{},
+              node != nullptr ? node->scope : std::string());
 }
 
 std::string meta_string(const kernels::TensorMeta& meta) {
@@ -93,6 +94,7 @@ void verify(const Graph& graph, std::string_view stage) {
     kernels::TensorMetas inferred;
     try {
       CallSiteScope site(op.name.c_str(), node.where);
+      NameScope scope(node.scope, node.where);
       kernels::Attrs resolved = kernels::resolve_attrs(op, node.attrs);
       if (!(resolved == node.attrs))
         fail(stage,

@@ -5,15 +5,15 @@
 
 namespace tandem::nn {
 
-Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor ReLU::forward(const Tensor& x) { return relu(x, call_site()); }
 
-Tensor LeakyReLU::forward(const Tensor& x) { return leaky_relu(x, negative_slope_); }
+Tensor LeakyReLU::forward(const Tensor& x) { return leaky_relu(x, negative_slope_, call_site()); }
 std::string LeakyReLU::extra_repr() const { return str_cat("negative_slope=", negative_slope_); }
 
-Tensor GELU::forward(const Tensor& x) { return gelu(x); }
+Tensor GELU::forward(const Tensor& x) { return gelu(x, call_site()); }
 
-Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
+Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x, call_site()); }
 
-Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
+Tensor Tanh::forward(const Tensor& x) { return tanh(x, call_site()); }
 
 }  // namespace tandem::nn

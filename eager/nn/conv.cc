@@ -40,7 +40,7 @@ Tensor Conv2d::forward(const Tensor& x) {
                options_.in_channels, " -> ", options_.out_channels, ") expects input of shape [N, ",
                options_.in_channels, ", H, W], got ", x.shape().to_string());
   return conv2d(x, weight_, options_.bias ? bias_ : zero_bias_, options_.stride.dims(),
-                options_.padding.dims(), options_.dilation.dims(), options_.groups);
+                options_.padding.dims(), options_.dilation.dims(), options_.groups, call_site());
 }
 
 std::string Conv2d::extra_repr() const {

@@ -18,7 +18,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype)
 Tensor Embedding::forward(const Tensor& indices) {
   TANDEM_CHECK(indices.dtype() == DType::kInt64, "Embedding expects int64 indices, got ",
                dtype_name(indices.dtype()));
-  return embedding(weight_, indices);
+  return embedding(weight_, indices, call_site());
 }
 
 std::string Embedding::extra_repr() const { return str_cat(num_embeddings_, ", ", embedding_dim_); }

@@ -29,7 +29,7 @@ Tensor Linear::forward(const Tensor& x) {
                options_.in_features, " -> ", options_.out_features,
                ") expects input of shape [..., ", options_.in_features, "], got ",
                x.shape().to_string());
-  return linear(x, weight_, options_.bias ? bias_ : zero_bias_);
+  return linear(x, weight_, options_.bias ? bias_ : zero_bias_, call_site());
 }
 
 std::string Linear::extra_repr() const {

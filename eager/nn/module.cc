@@ -1,6 +1,7 @@
 #include "eager/nn/module.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
@@ -23,29 +24,55 @@ std::string describe(const Tensor& t) {
   return str_cat(dtype_name(t.dtype()), t.shape().to_string());
 }
 
+// The module whose forward this thread is running (through operator() or a
+// hybridized trace), whose children name the modules it calls.
+thread_local const Module* calling_module = nullptr;
+
 }  // namespace
 
 Tensor Module::forward(const Tensor&) {
   throw Error(str_cat(type_name(), " has no single-input forward(); call its own methods"));
 }
 
-Tensor Module::operator()(const Tensor& x) {
+Tensor Module::forward_as_caller(const Tensor& x) {
+  const Module* outer = std::exchange(calling_module, this);
+  absl::Cleanup restore = [&] { calling_module = outer; };
+  return forward(x);
+}
+
+std::string Module::name_in(const Module* caller) const {
+  if (caller == nullptr) return {};
+  for (const auto& [name, child] : caller->children_) {
+    if (child.get() == this) return name;
+  }
+  return {};
+}
+
+std::source_location Module::call_site(std::source_location fallback) {
+  return innermost_scope_site(fallback);
+}
+
+Tensor Module::operator()(const Tensor& x, std::source_location where) {
+  NameScope scope(name_in(calling_module), where);
   std::unique_lock turn(*hybrid_.mutex);
   if (!hybrid_.on) {
     turn.unlock();
-    return forward(x);
+    return forward_as_caller(x);
   }
   if (!hybrid_.function) {
     HybridizeOptions options = hybrid_.options;
     if (options.name == HybridizeOptions().name) options.name = type_name();
     options.differentiable = true;  // Gradients flow through the replayed graph.
     hybrid_.function = std::make_unique<HybridFunction>(
-        [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{forward(in[0])}; },
+        [this](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{forward_as_caller(in[0])};
+        },
         std::move(options));
   }
   hybrid_.last_input_shape = x.shape();
   hybrid_.last_input_dtype = x.dtype();
   hybrid_.last_input_device = x.device();
+  hybrid_.last_call_site = where;
   hybrid_.called = true;
   return (*hybrid_.function)({x}, training_ ? 1 : 0)[0];
 }
@@ -73,10 +100,14 @@ void Module::export_model(const std::string& path, const ExportOptions& options)
   inference_options.verify = false;
   inference_options.strict = false;
   HybridFunction inference(
-      [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{forward(in[0])}; },
+      [this](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{forward_as_caller(in[0])};
+      },
       std::move(inference_options));
   {
     NoGradGuard no_grad;
+    // The nodes' lines are the user's, of the call whose shape this traces at.
+    NameScope scope("", hybrid_.last_call_site);
     const auto dims = hybrid_.last_input_shape.dims();
     inference({zeros(std::vector<int64_t>(dims.begin(), dims.end()), hybrid_.last_input_dtype,
                      hybrid_.last_input_device)});

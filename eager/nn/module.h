@@ -9,7 +9,7 @@
 //       fc2 = register_module("fc2", std::make_shared<nn::Linear>(128, 10));
 //     }
 //     std::string type_name() const override { return "Mlp"; }
-//     Tensor forward(const Tensor& x) override { return fc2->forward(relu(fc1->forward(x))); }
+//     Tensor forward(const Tensor& x) override { return (*fc2)(relu((*fc1)(x))); }
 //     std::shared_ptr<nn::Linear> fc1, fc2;
 //   };
 //
@@ -69,6 +69,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,8 +100,12 @@ class Module {
   // here; Sequential chains them). The default throws tandem::Error: a module
   // with other inputs defines its own methods instead.
   virtual Tensor forward(const Tensor& x);
-  // forward(x), or its traced graph once hybridize() was called.
-  Tensor operator()(const Tensor& x);
+  // forward(x), or its traced graph once hybridize() was called. Call child
+  // modules this way: the call names the child in the module path that
+  // traced nodes and errors carry ("features.0"), and the ops of Tandem's own
+  // layers report `where`, the caller's line (Note [Name scopes] in
+  // core/error.h). forward(x) runs the same computation without either.
+  Tensor operator()(const Tensor& x, std::source_location where = std::source_location::current());
 
   // The class name shown by to_string(), e.g. "Linear".
   virtual std::string type_name() const { return "Module"; }
@@ -234,7 +239,18 @@ class Module {
   //   )
   std::string to_string() const;
 
+ protected:
+  // The line that called the innermost module (the user's line, for a layer
+  // called as `(*fc1)(x)`), or `fallback` when no module call is open: what
+  // Tandem's own layers pass to the ops they call.
+  static std::source_location call_site(
+      std::source_location fallback = std::source_location::current());
+
  private:
+  // forward(x), with this module as the caller of the modules it calls.
+  Tensor forward_as_caller(const Tensor& x);
+  // This module's name among `caller`'s children ("" if it has none there).
+  std::string name_in(const Module* caller) const;
   void check_new_name(const std::string& name, const char* what) const;
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void collect(const std::string& prefix, bool params, bool buffers, bool dedup, NamedTensors& out,
@@ -262,6 +278,7 @@ class Module {
     Shape last_input_shape;
     DType last_input_dtype = DType::kFloat32;
     Device last_input_device;
+    std::source_location last_call_site;
     bool called = false;
     HybridState() = default;
     HybridState(HybridState&& other) noexcept : on(other.on), options(std::move(other.options)) {}

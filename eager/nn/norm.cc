@@ -35,16 +35,19 @@ Tensor BatchNorm::forward(const Tensor& x) {
                absl::StrJoin(ranks_, " or "), " with ", options_.num_features,
                " channels on axis 1, got ", x.shape().to_string());
   const bool training = is_training();
+  const std::source_location where = call_site();
   std::vector<Tensor> out =
-      batch_norm(x, weight_, bias_, running_mean_, running_var_, training, options_.eps);
+      batch_norm(x, weight_, bias_, running_mean_, running_var_, training, options_.eps, where);
   if (training) {
     // See Note [BatchNorm's running statistics].
     NoGradGuard no_grad;
     const int64_t n = x.numel() / options_.num_features;
     const double m = options_.momentum;
-    const Tensor unbiased = n > 1 ? mul(out[2], static_cast<double>(n) / (n - 1)) : out[2];
-    running_mean_.assign_(add(mul(running_mean_, 1 - m), mul(out[1], m)));
-    running_var_.assign_(add(mul(running_var_, 1 - m), mul(unbiased, m)));
+    const Tensor unbiased = n > 1 ? mul(out[2], static_cast<double>(n) / (n - 1), where) : out[2];
+    running_mean_.assign_(add(mul(running_mean_, 1 - m, where), mul(out[1], m, where), where),
+                          where);
+    running_var_.assign_(add(mul(running_var_, 1 - m, where), mul(unbiased, m, where), where),
+                         where);
   }
   return out[0];
 }
@@ -76,7 +79,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
   TANDEM_CHECK(x.rank() >= k && std::equal(shape.begin(), shape.end(), x.shape().end() - k),
                "LayerNorm expects input whose trailing dims are [", absl::StrJoin(shape, ", "),
                "], got ", x.shape().to_string());
-  return layer_norm(x, weight_, bias_, k, options_.eps);
+  return layer_norm(x, weight_, bias_, k, options_.eps, call_site());
 }
 
 std::string LayerNorm::extra_repr() const {

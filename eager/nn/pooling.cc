@@ -27,12 +27,14 @@ std::string Pool2d::extra_repr() const {
 
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_input(x);
-  return max_pool2d(x, options().kernel_size.dims(), stride().dims(), options().padding.dims());
+  return max_pool2d(x, options().kernel_size.dims(), stride().dims(), options().padding.dims(),
+                    call_site());
 }
 
 Tensor AvgPool2d::forward(const Tensor& x) {
   check_input(x);
-  return avg_pool2d(x, options().kernel_size.dims(), stride().dims(), options().padding.dims());
+  return avg_pool2d(x, options().kernel_size.dims(), stride().dims(), options().padding.dims(),
+                    call_site());
 }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 output_size) : output_size_(output_size) {
@@ -43,7 +45,7 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 output_size) : output_size_(output_si
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
   TANDEM_CHECK(x.rank() == 4, "AdaptiveAvgPool2d expects input of shape [N, C, H, W], got ",
                x.shape().to_string());
-  return adaptive_avg_pool2d(x, output_size_.dims());
+  return adaptive_avg_pool2d(x, output_size_.dims(), call_site());
 }
 
 std::string AdaptiveAvgPool2d::extra_repr() const {

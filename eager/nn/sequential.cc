@@ -12,7 +12,8 @@ void Sequential::push_back(const std::string& name, std::shared_ptr<Module> modu
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& module : modules_) y = module->forward(y);
+  const std::source_location where = call_site();
+  for (const auto& module : modules_) y = (*module)(y, where);
   return y;
 }
 

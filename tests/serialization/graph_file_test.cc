@@ -128,7 +128,10 @@ TEST_F(BadGraphFile, MalformedJson) {
 TEST_F(BadGraphFile, WrongFormatOrVersion) {
   expect_bad([](Json& j) { j["format"] = "onnx"; }, {"/format", "not a Tandem graph file"});
   expect_bad([](Json& j) { j["format_version"] = "2.0"; },
-             {"/format_version", "2.0 is newer than this build's 1.0", "update Tandem"});
+             {"/format_version",
+              str_cat("2.0 is newer than this build's ", serialization::kGraphFormatMajor, ".",
+                      serialization::kGraphFormatMinor),
+              "update Tandem"});
   expect_bad([](Json& j) { j["format_version"] = "one"; }, {"expected \"major.minor\""});
   expect_bad([](Json& j) { j.erase("nodes"); }, {"missing required field \"nodes\""});
   expect_bad([](Json& j) { j["comment"] = "hi"; }, {"/: unknown field \"comment\""});

@@ -48,7 +48,12 @@ class GraphGenerator {
 
   Graph generate() {
     const int steps = pick(4, 14);
-    for (int s = 0; s < steps; ++s) step();
+    for (int s = 0; s < steps; ++s) {
+      // Each step's nodes as one module's, as a traced model's are.
+      const size_t first = graph_.nodes.size();
+      step();
+      for (size_t n = first; n < graph_.nodes.size(); ++n) graph_.nodes[n].scope = str_cat("m", s);
+    }
     graph_.add_output(values_.back(), "y");
     if (pick(0, 2) == 0) graph_.add_output(any_value(), "z");
     return std::move(graph_);
@@ -180,6 +185,9 @@ TEST_P(PassContractTest, KeepsValuesAndIsIdempotent) {
     graphs_changed += pass->run(g) > 0;
     verify(g, str_cat("after ", pass->name()));
     expect_same_results(original, g);
+    for (const Node& node : g.nodes) {
+      EXPECT_FALSE(node.scope.empty()) << node.op->name << " lost its module\n" << to_text(g);
+    }
     const std::string once = to_text(g);
     EXPECT_EQ(pass->run(g), 0) << "a second run changed\n" << once << "into\n" << to_text(g);
     EXPECT_EQ(to_text(g), once);

@@ -33,7 +33,7 @@ void rewrite(Graph& graph, Match& match) {
   const std::source_location where = norm.where;
   auto add = [&](const kernels::OpDef& op, std::vector<ValueId> inputs,
                  const kernels::Attrs& attrs = {}) {
-    return graph.add_node(op, attrs, std::move(inputs), where)[0];
+    return graph.add_node(op, attrs, std::move(inputs), where, norm.scope)[0];
   };
   namespace ew = kernels::elementwise;
   const kernels::Registry& ops = kernels::Registry::global();
@@ -53,7 +53,7 @@ void rewrite(Graph& graph, Match& match) {
   const ValueId w_folded =
       add(times, {w, add(kernels::reshape_op(), {scale}, {{"shape", column}})});
   const ValueId b_folded = add(plus, {add(times, {add(minus, {b, mean}), scale}), beta});
-  graph.add_node(*layer.op, layer.attrs, {x, w_folded, b_folded}, layer.where);
+  graph.add_node(*layer.op, layer.attrs, {x, w_folded, b_folded}, layer.where, layer.scope);
   // The new layer's output has batch_norm's shape and dtype (both are x's);
   // its fresh value is left unreferenced and compacted away.
   graph.nodes.back().outputs[0] = norm.outputs[0];

@@ -43,7 +43,8 @@ int ConstantFolding::run(Graph& graph) {
     std::vector<Tensor> args;
     args.reserve(node.inputs.size());
     for (ValueId id : node.inputs) args.push_back(known[id]);
-    // Errors name the user's traced line, as at replay.
+    // Errors name the user's traced line and module, as at replay.
+    NameScope scope(node.scope, node.where);
     std::vector<Tensor> results = kernels::call(*node.op, args, node.attrs, node.where);
     for (size_t k = 0; k < results.size(); ++k) {
       // Waiting here surfaces a kernel failure now, naming the node, rather

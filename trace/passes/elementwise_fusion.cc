@@ -79,7 +79,7 @@ Node fuse(const Graph& graph, const std::vector<int>& members) {
   TANDEM_INTERNAL_ASSERT(inferred[0].shape == out.shape && inferred[0].dtype == out.dtype,
                          "fused group infers ", inferred[0].shape.to_string(), ", its last node ",
                          out.shape.to_string());
-  return Node{&op, std::move(attrs), std::move(inputs), root.outputs, root.where};
+  return Node{&op, std::move(attrs), std::move(inputs), root.outputs, root.where, root.scope};
 }
 
 }  // namespace
