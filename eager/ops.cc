@@ -12,13 +12,7 @@ namespace tandem {
 namespace {
 
 using kernels::Attrs;
-
-// One eager call: kernels::call1 with the op looked up once per name.
-template <kernels::OpName kName>
-Tensor run(std::initializer_list<Tensor> inputs, const Attrs& attrs, const Location& where) {
-  return kernels::call1(kernels::op<kName>(),
-                        absl::Span<const Tensor>(inputs.begin(), inputs.size()), attrs, where);
-}
+using kernels::call1;
 
 // The scalar operand of `op` in t's dtype; a value the dtype cannot hold is
 // an error naming the op and the caller's line.
@@ -66,25 +60,25 @@ Tensor call_unary(const kernels::OpDef& op, const Tensor& x,
 }  // namespace detail
 
 Tensor add(const Tensor& a, const Tensor& b, Location where) {
-  return run<"add">({a, b}, {}, where);
+  return call1<"add">({a, b}, {}, where);
 }
 Tensor sub(const Tensor& a, const Tensor& b, Location where) {
-  return run<"sub">({a, b}, {}, where);
+  return call1<"sub">({a, b}, {}, where);
 }
 Tensor mul(const Tensor& a, const Tensor& b, Location where) {
-  return run<"mul">({a, b}, {}, where);
+  return call1<"mul">({a, b}, {}, where);
 }
 Tensor div(const Tensor& a, const Tensor& b, Location where) {
-  return run<"div">({a, b}, {}, where);
+  return call1<"div">({a, b}, {}, where);
 }
 Tensor pow(const Tensor& a, const Tensor& b, Location where) {
-  return run<"pow">({a, b}, {}, where);
+  return call1<"pow">({a, b}, {}, where);
 }
 Tensor maximum(const Tensor& a, const Tensor& b, Location where) {
-  return run<"maximum">({a, b}, {}, where);
+  return call1<"maximum">({a, b}, {}, where);
 }
 Tensor minimum(const Tensor& a, const Tensor& b, Location where) {
-  return run<"minimum">({a, b}, {}, where);
+  return call1<"minimum">({a, b}, {}, where);
 }
 Tensor add(const Tensor& a, double b, Location where) {
   return add(a, scalar_like(a, b, "add", where), where);
@@ -101,132 +95,145 @@ Tensor div(const Tensor& a, double b, Location where) {
 Tensor pow(const Tensor& a, double b, Location where) {
   return pow(a, scalar_like(a, b, "pow", where), where);
 }
-Tensor eq(const Tensor& a, const Tensor& b, Location where) { return run<"eq">({a, b}, {}, where); }
-Tensor ne(const Tensor& a, const Tensor& b, Location where) { return run<"ne">({a, b}, {}, where); }
-Tensor lt(const Tensor& a, const Tensor& b, Location where) { return run<"lt">({a, b}, {}, where); }
-Tensor le(const Tensor& a, const Tensor& b, Location where) { return run<"le">({a, b}, {}, where); }
-Tensor gt(const Tensor& a, const Tensor& b, Location where) { return run<"gt">({a, b}, {}, where); }
-Tensor ge(const Tensor& a, const Tensor& b, Location where) { return run<"ge">({a, b}, {}, where); }
-
-Tensor neg(const Tensor& x, Location where) { return run<"neg">({x}, {}, where); }
-Tensor abs(const Tensor& x, Location where) { return run<"abs">({x}, {}, where); }
-Tensor exp(const Tensor& x, Location where) { return run<"exp">({x}, {}, where); }
-Tensor log(const Tensor& x, Location where) { return run<"log">({x}, {}, where); }
-Tensor sqrt(const Tensor& x, Location where) { return run<"sqrt">({x}, {}, where); }
-Tensor rsqrt(const Tensor& x, Location where) { return run<"rsqrt">({x}, {}, where); }
-Tensor square(const Tensor& x, Location where) { return run<"square">({x}, {}, where); }
-Tensor tanh(const Tensor& x, Location where) { return run<"tanh">({x}, {}, where); }
-Tensor sigmoid(const Tensor& x, Location where) { return run<"sigmoid">({x}, {}, where); }
-Tensor relu(const Tensor& x, Location where) { return run<"relu">({x}, {}, where); }
-Tensor leaky_relu(const Tensor& x, double alpha, Location where) {
-  return run<"leaky_relu">({x}, {{"alpha", alpha}}, where);
+Tensor eq(const Tensor& a, const Tensor& b, Location where) {
+  return call1<"eq">({a, b}, {}, where);
 }
-Tensor gelu(const Tensor& x, Location where) { return run<"gelu">({x}, {}, where); }
+Tensor ne(const Tensor& a, const Tensor& b, Location where) {
+  return call1<"ne">({a, b}, {}, where);
+}
+Tensor lt(const Tensor& a, const Tensor& b, Location where) {
+  return call1<"lt">({a, b}, {}, where);
+}
+Tensor le(const Tensor& a, const Tensor& b, Location where) {
+  return call1<"le">({a, b}, {}, where);
+}
+Tensor gt(const Tensor& a, const Tensor& b, Location where) {
+  return call1<"gt">({a, b}, {}, where);
+}
+Tensor ge(const Tensor& a, const Tensor& b, Location where) {
+  return call1<"ge">({a, b}, {}, where);
+}
+
+Tensor neg(const Tensor& x, Location where) { return call1<"neg">({x}, {}, where); }
+Tensor abs(const Tensor& x, Location where) { return call1<"abs">({x}, {}, where); }
+Tensor exp(const Tensor& x, Location where) { return call1<"exp">({x}, {}, where); }
+Tensor log(const Tensor& x, Location where) { return call1<"log">({x}, {}, where); }
+Tensor sqrt(const Tensor& x, Location where) { return call1<"sqrt">({x}, {}, where); }
+Tensor rsqrt(const Tensor& x, Location where) { return call1<"rsqrt">({x}, {}, where); }
+Tensor square(const Tensor& x, Location where) { return call1<"square">({x}, {}, where); }
+Tensor tanh(const Tensor& x, Location where) { return call1<"tanh">({x}, {}, where); }
+Tensor sigmoid(const Tensor& x, Location where) { return call1<"sigmoid">({x}, {}, where); }
+Tensor relu(const Tensor& x, Location where) { return call1<"relu">({x}, {}, where); }
+Tensor leaky_relu(const Tensor& x, double alpha, Location where) {
+  return call1<"leaky_relu">({x}, {{"alpha", alpha}}, where);
+}
+Tensor gelu(const Tensor& x, Location where) { return call1<"gelu">({x}, {}, where); }
 Tensor clip(const Tensor& x, double min, double max, Location where) {
-  return run<"clip">({x}, {{"min", min}, {"max", max}}, where);
+  return call1<"clip">({x}, {{"min", min}, {"max", max}}, where);
 }
 Tensor cast(const Tensor& x, DType dtype, Location where) {
-  return run<"cast">({x}, {{"dtype", dtype}}, where);
+  return call1<"cast">({x}, {{"dtype", dtype}}, where);
 }
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Location where) {
-  return run<"where">({cond, a, b}, {}, where);
+  return call1<"where">({cond, a, b}, {}, where);
 }
 
 Tensor sum(const Tensor& x, const Dims& axes, bool keepdims, Location where) {
-  return run<"sum">({x}, reduce_attrs(axes, keepdims), where);
+  return call1<"sum">({x}, reduce_attrs(axes, keepdims), where);
 }
 Tensor mean(const Tensor& x, const Dims& axes, bool keepdims, Location where) {
-  return run<"mean">({x}, reduce_attrs(axes, keepdims), where);
+  return call1<"mean">({x}, reduce_attrs(axes, keepdims), where);
 }
 Tensor max(const Tensor& x, const Dims& axes, bool keepdims, Location where) {
-  return run<"max">({x}, reduce_attrs(axes, keepdims), where);
+  return call1<"max">({x}, reduce_attrs(axes, keepdims), where);
 }
 Tensor min(const Tensor& x, const Dims& axes, bool keepdims, Location where) {
-  return run<"min">({x}, reduce_attrs(axes, keepdims), where);
+  return call1<"min">({x}, reduce_attrs(axes, keepdims), where);
 }
 Tensor var(const Tensor& x, const Dims& axes, bool keepdims, int64_t correction, Location where) {
   Attrs attrs = reduce_attrs(axes, keepdims);
   attrs.set("correction", correction);
-  return run<"var">({x}, attrs, where);
+  return call1<"var">({x}, attrs, where);
 }
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdims, Location where) {
-  return run<"argmax">({x}, {{"axis", axis}, {"keepdims", keepdims}}, where);
+  return call1<"argmax">({x}, {{"axis", axis}, {"keepdims", keepdims}}, where);
 }
 
 Tensor reshape(const Tensor& x, const Dims& shape, Location where) {
-  return run<"reshape">({x}, {{"shape", shape}}, where);
+  return call1<"reshape">({x}, {{"shape", shape}}, where);
 }
 Tensor flatten(const Tensor& x, int64_t start_axis, int64_t end_axis, Location where) {
-  return run<"flatten">({x}, {{"start_axis", start_axis}, {"end_axis", end_axis}}, where);
+  return call1<"flatten">({x}, {{"start_axis", start_axis}, {"end_axis", end_axis}}, where);
 }
 Tensor transpose(const Tensor& x, const Dims& perm, Location where) {
-  return run<"transpose">({x}, {{"perm", perm}}, where);
+  return call1<"transpose">({x}, {{"perm", perm}}, where);
 }
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis, Location where) {
-  return kernels::call1("concat", xs, {{"axis", axis}}, where);
+  return call1<"concat">(xs, {{"axis", axis}}, where);
 }
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis, Location where) {
-  return kernels::call1("stack", xs, {{"axis", axis}}, where);
+  return call1<"stack">(xs, {{"axis", axis}}, where);
 }
 std::vector<Tensor> split(const Tensor& x, const Dims& sizes, int64_t axis, Location where) {
   return kernels::call("split", {x}, {{"sizes", sizes}, {"axis", axis}}, where);
 }
 Tensor slice(const Tensor& x, int64_t axis, int64_t begin, int64_t end, int64_t step,
              Location where) {
-  return run<"slice">({x}, {{"axis", axis}, {"begin", begin}, {"end", end}, {"step", step}}, where);
+  return call1<"slice">({x}, {{"axis", axis}, {"begin", begin}, {"end", end}, {"step", step}},
+                        where);
 }
 Tensor take(const Tensor& x, const Tensor& indices, int64_t axis, Location where) {
-  return run<"take">({x, indices}, {{"axis", axis}}, where);
+  return call1<"take">({x, indices}, {{"axis", axis}}, where);
 }
 Tensor pad(const Tensor& x, const Dims& pads, double value, Location where) {
-  return run<"pad">({x}, {{"pads", pads}, {"value", value}}, where);
+  return call1<"pad">({x}, {{"pads", pads}, {"value", value}}, where);
 }
 Tensor expand(const Tensor& x, const Dims& shape, Location where) {
-  return run<"expand">({x}, {{"shape", shape}}, where);
+  return call1<"expand">({x}, {{"shape", shape}}, where);
 }
 
 Tensor zeros(const Dims& shape, DType dtype, Device device, Location where) {
-  return run<"zeros">({}, {{"shape", shape}, {"dtype", dtype}, {"device", device.to_string()}},
-                      where);
+  return call1<"zeros">({}, {{"shape", shape}, {"dtype", dtype}, {"device", device.to_string()}},
+                        where);
 }
 Tensor ones(const Dims& shape, DType dtype, Device device, Location where) {
-  return run<"ones">({}, {{"shape", shape}, {"dtype", dtype}, {"device", device.to_string()}},
-                     where);
+  return call1<"ones">({}, {{"shape", shape}, {"dtype", dtype}, {"device", device.to_string()}},
+                       where);
 }
 Tensor full(const Dims& shape, double value, DType dtype, Device device, Location where) {
-  return run<"full">(
+  return call1<"full">(
       {}, {{"shape", shape}, {"dtype", dtype}, {"value", value}, {"device", device.to_string()}},
       where);
 }
 Tensor arange(double start, double stop, double step, DType dtype, Device device, Location where) {
-  return run<"arange">({},
-                       {{"start", start},
-                        {"stop", stop},
-                        {"step", step},
+  return call1<"arange">({},
+                         {{"start", start},
+                          {"stop", stop},
+                          {"step", step},
+                          {"dtype", dtype},
+                          {"device", device.to_string()}},
+                         where);
+}
+Tensor rand(const Dims& shape, DType dtype, Device device, Location where) {
+  return call1<"rand">({},
+                       {{"shape", shape},
                         {"dtype", dtype},
+                        {"seed", static_cast<int64_t>(next_seed())},
                         {"device", device.to_string()}},
                        where);
 }
-Tensor rand(const Dims& shape, DType dtype, Device device, Location where) {
-  return run<"rand">({},
-                     {{"shape", shape},
-                      {"dtype", dtype},
-                      {"seed", static_cast<int64_t>(next_seed())},
-                      {"device", device.to_string()}},
-                     where);
-}
 Tensor randn(const Dims& shape, DType dtype, Device device, Location where) {
-  return run<"randn">({},
-                      {{"shape", shape},
-                       {"dtype", dtype},
-                       {"seed", static_cast<int64_t>(next_seed())},
-                       {"device", device.to_string()}},
-                      where);
+  return call1<"randn">({},
+                        {{"shape", shape},
+                         {"dtype", dtype},
+                         {"seed", static_cast<int64_t>(next_seed())},
+                         {"device", device.to_string()}},
+                        where);
 }
 
 Tensor to(const Tensor& x, Device device, Location where) {
   if (x.device() == device) return x;
-  return run<"to_device">({x}, {{"device", device.to_string()}}, where);
+  return call1<"to_device">({x}, {{"device", device.to_string()}}, where);
 }
 
 void move_to_(const Tensor& x, Device device, Location where) {
@@ -274,49 +281,49 @@ uint64_t next_seed() {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, Location where) {
-  return run<"matmul">({a, b}, {}, where);
+  return call1<"matmul">({a, b}, {}, where);
 }
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Location where) {
-  return run<"linear">({x, weight, bias}, {}, where);
+  return call1<"linear">({x, weight, bias}, {}, where);
 }
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Dims& stride,
               const Dims& padding, const Dims& dilation, int64_t groups, Location where) {
-  return run<"conv2d">(
+  return call1<"conv2d">(
       {x, weight, bias},
       {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}},
       where);
 }
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   Location where) {
-  return run<"max_pool2d">({x}, pool_attrs(kernel, stride, padding), where);
+  return call1<"max_pool2d">({x}, pool_attrs(kernel, stride, padding), where);
 }
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   Location where) {
-  return run<"avg_pool2d">({x}, pool_attrs(kernel, stride, padding), where);
+  return call1<"avg_pool2d">({x}, pool_attrs(kernel, stride, padding), where);
 }
 Tensor adaptive_avg_pool2d(const Tensor& x, const Dims& output_size, Location where) {
-  return run<"adaptive_avg_pool2d">({x}, {{"output_size", output_size}}, where);
+  return call1<"adaptive_avg_pool2d">({x}, {{"output_size", output_size}}, where);
 }
 Tensor softmax(const Tensor& x, int64_t axis, Location where) {
-  return run<"softmax">({x}, {{"axis", axis}}, where);
+  return call1<"softmax">({x}, {{"axis", axis}}, where);
 }
 Tensor log_softmax(const Tensor& x, int64_t axis, Location where) {
-  return run<"log_softmax">({x}, {{"axis", axis}}, where);
+  return call1<"log_softmax">({x}, {{"axis", axis}}, where);
 }
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing,
                      const std::string& reduction, Location where) {
-  return run<"cross_entropy">(
+  return call1<"cross_entropy">(
       {logits, target}, {{"label_smoothing", label_smoothing}, {"reduction", reduction}}, where);
 }
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const std::string& reduction,
                 Location where) {
-  return run<"nll">({log_probs, target}, {{"reduction", reduction}}, where);
+  return call1<"nll">({log_probs, target}, {{"reduction", reduction}}, where);
 }
 Tensor mse_loss(const Tensor& a, const Tensor& b, const std::string& reduction, Location where) {
-  return run<"mse">({a, b}, {{"reduction", reduction}}, where);
+  return call1<"mse">({a, b}, {{"reduction", reduction}}, where);
 }
 Tensor embedding(const Tensor& weight, const Tensor& indices, Location where) {
-  return run<"embedding">({weight, indices}, {}, where);
+  return call1<"embedding">({weight, indices}, {}, where);
 }
 std::vector<Tensor> batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var, bool training,

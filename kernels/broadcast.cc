@@ -40,14 +40,14 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (extra > 0) {
     std::vector<int64_t> leading(extra);
     for (int i = 0; i < extra; ++i) leading[i] = i;
-    result = op(sum_op(), {result}, {{"axes", leading}, {"keepdims", false}});
+    result = nested_call1(sum_op(), {result}, {{"axes", leading}, {"keepdims", false}});
   }
   std::vector<int64_t> stretched;
   for (int i = 0; i < shape.rank(); ++i) {
     if (shape[i] == 1 && result.shape()[i] != 1) stretched.push_back(i);
   }
   if (!stretched.empty()) {
-    result = op(sum_op(), {result}, {{"axes", stretched}, {"keepdims", true}});
+    result = nested_call1(sum_op(), {result}, {{"axes", stretched}, {"keepdims", true}});
   }
   return result;
 }

@@ -3,6 +3,13 @@
 //
 //   std::vector<Tensor> out = kernels::call("add", {a, b});
 //   Tensor y = kernels::call1("sum", {x}, {{"axes", std::vector<int64_t>{1}}});
+//   Tensor z = kernels::call1<"relu">({x}, {}, where);  // Looked up once.
+//
+// call() and call1() are the one entry point, for ops with several outputs
+// and with one. The op is named by a string, held as an OpDef, or written as
+// a template argument (eager's functions); ops called inside another op's
+// work use nested_call() / nested_call1() (kernels/ops/op_helpers.h), which
+// report the enclosing call's site.
 //
 // 1. Looks the op up, checks arity, devices and attributes.
 // 2. Infers output shapes and dtypes on the caller's thread, so `y.shape()`
@@ -66,10 +73,17 @@ std::vector<Tensor> call(const OpDef& op, absl::Span<const Tensor> inputs, const
 // call() for ops with one output.
 Tensor call1(std::string_view op, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
              std::source_location where = std::source_location::current());
-// The same without a name lookup, for callers that hold the OpDef, such as
-// eager's functions (kernels::op<"relu">(), registry.h).
+// The same without a name lookup, for callers that hold the OpDef
+// (kernels::op_def<"relu">(), registry.h).
 Tensor call1(const OpDef& op, absl::Span<const Tensor> inputs, const Attrs& attrs,
              const std::source_location& where);
+// The same for an op named by a literal, looked up once: what eager's
+// functions call.
+template <OpName kName>
+Tensor call1(absl::Span<const Tensor> inputs, const Attrs& attrs,
+             const std::source_location& where) {
+  return call1(op_def<kName>(), inputs, attrs, where);
+}
 
 // Runs a kernel on an engine worker under the thread budget (Note [Thread
 // budget]): what every pushed op does, eager (call) or replayed

@@ -166,7 +166,7 @@ class Registry {
   absl::flat_hash_map<std::string, std::unique_ptr<OpDef>> ops_;
 };
 
-// A string literal as a template argument (op<"relu">() below).
+// A string literal as a template argument (op_def<"relu">() below).
 template <size_t N>
 struct OpName {
   constexpr OpName(const char (&name)[N]) {
@@ -178,10 +178,19 @@ struct OpName {
 // The op named by a literal, looked up in the global registry once per name
 // rather than on every call: what eager's functions dispatch with.
 //
-//   kernels::call1(kernels::op<"relu">(), {x}, {}, where);
+//   kernels::call1(kernels::op_def<"relu">(), {x}, {}, where);
 template <OpName kName>
-const OpDef& op() {
+const OpDef& op_def() {
   static const OpDef& def = Registry::global().get(kName.chars);
+  return def;
+}
+// The same for a struct naming its op as kName (an elementwise op's, in
+// kernels/elementwise_ops.h):
+//
+//   if (node.op == &kernels::op_def<kernels::elementwise::Add>()) ...
+template <class Op>
+const OpDef& op_def() {
+  static const OpDef& def = Registry::global().get(Op::kName);
   return def;
 }
 

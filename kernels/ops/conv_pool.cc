@@ -365,9 +365,10 @@ std::vector<Tensor> conv2d_gradient(const GradContext& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grad_outputs[0];
   // The backward ops take the convolution's geometry, not the activation.
   const Attrs attrs = onednn::without_activation(c.attrs);
-  Tensor grad_x = op("conv2d_backward_data", {g, w}, with_shape(attrs, "input_shape", x.shape()));
+  Tensor grad_x =
+      nested_call1("conv2d_backward_data", {g, w}, with_shape(attrs, "input_shape", x.shape()));
   std::vector<Tensor> grad_wb =
-      op_outputs("conv2d_backward_weight", {x, g}, with_shape(attrs, "weight_shape", w.shape()));
+      nested_call("conv2d_backward_weight", {x, g}, with_shape(attrs, "weight_shape", w.shape()));
   return {grad_x, grad_wb[0], grad_wb[1]};
 }
 
@@ -607,12 +608,12 @@ void avg_pool2d_backward_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> max_pool2d_gradient(const GradContext& c) {
-  return {op("max_pool2d_backward", {c.inputs[0], c.grad_outputs[0]}, c.attrs)};
+  return {nested_call1("max_pool2d_backward", {c.inputs[0], c.grad_outputs[0]}, c.attrs)};
 }
 
 std::vector<Tensor> avg_pool2d_gradient(const GradContext& c) {
-  return {op("avg_pool2d_backward", {c.grad_outputs[0]},
-             with_shape(c.attrs, "input_shape", c.inputs[0].shape()))};
+  return {nested_call1("avg_pool2d_backward", {c.grad_outputs[0]},
+                       with_shape(c.attrs, "input_shape", c.inputs[0].shape()))};
 }
 
 // adaptive_avg_pool2d
@@ -717,7 +718,7 @@ std::vector<Tensor> adaptive_avg_pool2d_gradient(const GradContext& c) {
   Attrs attrs;
   attrs.set("input_shape",
             std::vector<int64_t>(c.inputs[0].shape().begin(), c.inputs[0].shape().end()));
-  return {op("adaptive_avg_pool2d_backward", {c.grad_outputs[0]}, attrs)};
+  return {nested_call1("adaptive_avg_pool2d_backward", {c.grad_outputs[0]}, attrs)};
 }
 
 std::vector<AttrSpec> conv_attrs() {
@@ -740,7 +741,7 @@ std::vector<AttrSpec> plus(std::vector<AttrSpec> attrs, const char* shape_name) 
 
 }  // namespace
 
-const OpDef& conv2d_op() { return op<"conv2d">(); }
+const OpDef& conv2d_op() { return op_def<"conv2d">(); }
 
 void register_conv_pool_ops(Registry& registry) {
   std::vector<AttrSpec> conv2d_attrs = conv_attrs();

@@ -162,7 +162,7 @@ void dropout_kernel(const KernelContext& c) {
 std::vector<Tensor> dropout_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   if (!g.defined()) return {Tensor()};
-  return {op(elementwise::Mul::kName, {g, c.outputs[1]})};
+  return {nested_call1(op_def<elementwise::Mul>(), {g, c.outputs[1]})};
 }
 
 AttrSpec required(std::string name, AttrValue type) {
@@ -192,10 +192,10 @@ OpDef creation(std::string name, std::vector<AttrSpec> attrs, InferFn infer, Ker
 
 }  // namespace
 
-const OpDef& zeros_op() { return op<"zeros">(); }
-const OpDef& ones_op() { return op<"ones">(); }
-const OpDef& full_op() { return op<"full">(); }
-const OpDef& randn_op() { return op<"randn">(); }
+const OpDef& zeros_op() { return op_def<"zeros">(); }
+const OpDef& ones_op() { return op_def<"ones">(); }
+const OpDef& full_op() { return op_def<"full">(); }
+const OpDef& randn_op() { return op_def<"randn">(); }
 
 void register_creation_ops(Registry& registry) {
   registry.add(creation("zeros", {required("shape", Ints{}), optional("dtype", DType::kFloat32)},

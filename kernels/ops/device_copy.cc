@@ -33,12 +33,12 @@ void copy_kernel(const KernelContext& c) {
 std::vector<Tensor> to_device_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   if (!g.defined()) return {Tensor()};
-  return {op("to_device", {g}, {{"device", c.inputs[0].device().to_string()}})};
+  return {nested_call1("to_device", {g}, {{"device", c.inputs[0].device().to_string()}})};
 }
 
 }  // namespace
 
-const OpDef& to_device_op() { return op<"to_device">(); }
+const OpDef& to_device_op() { return op_def<"to_device">(); }
 
 void register_device_copy_ops(Registry& registry) {
   registry.add({.name = "to_device",

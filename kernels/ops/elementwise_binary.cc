@@ -256,22 +256,24 @@ std::vector<Tensor> add_gradient(const GradContext& c) {
 std::vector<Tensor> sub_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   return {sum_to(g, c.inputs[0].shape()),
-          sum_to(op(elementwise::Neg::kName, {g}), c.inputs[1].shape())};
+          sum_to(nested_call1(op_def<elementwise::Neg>(), {g}), c.inputs[1].shape())};
 }
 
 std::vector<Tensor> mul_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   const Tensor& a = c.inputs[0];
   const Tensor& b = c.inputs[1];
-  return {sum_to(op("mul", {g, b}), a.shape()), sum_to(op("mul", {g, a}), b.shape())};
+  return {sum_to(nested_call1("mul", {g, b}), a.shape()),
+          sum_to(nested_call1("mul", {g, a}), b.shape())};
 }
 
 // d(a/b) = g/b, -g*a/b^2 = -(g/b) * (a/b).
 std::vector<Tensor> div_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
-  Tensor g_over_b = op("div", {g, c.inputs[1]});
+  Tensor g_over_b = nested_call1("div", {g, c.inputs[1]});
   return {sum_to(g_over_b, c.inputs[0].shape()),
-          sum_to(op(elementwise::Neg::kName, {op("mul", {g_over_b, c.outputs[0]})}),
+          sum_to(nested_call1(op_def<elementwise::Neg>(),
+                              {nested_call1("mul", {g_over_b, c.outputs[0]})}),
                  c.inputs[1].shape())};
 }
 
@@ -280,9 +282,12 @@ std::vector<Tensor> pow_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   const Tensor& a = c.inputs[0];
   const Tensor& b = c.inputs[1];
-  Tensor b_minus_one = op("sub", {b, scalar_tensor(1, b.dtype())});
-  Tensor grad_a = op("mul", {g, op("mul", {b, op("pow", {a, b_minus_one})})});
-  Tensor grad_b = op("mul", {g, op("mul", {c.outputs[0], op(elementwise::Log::kName, {a})})});
+  Tensor b_minus_one = nested_call1("sub", {b, scalar_tensor(1, b.dtype())});
+  Tensor grad_a =
+      nested_call1("mul", {g, nested_call1("mul", {b, nested_call1("pow", {a, b_minus_one})})});
+  Tensor grad_b = nested_call1(
+      "mul",
+      {g, nested_call1("mul", {c.outputs[0], nested_call1(op_def<elementwise::Log>(), {a})})});
   return {sum_to(grad_a, a.shape()), sum_to(grad_b, b.shape())};
 }
 
@@ -292,9 +297,9 @@ std::vector<Tensor> select_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
   const Tensor& a = c.inputs[0];
   const Tensor& b = c.inputs[1];
-  Tensor mask = op(cast_op(), {op(kSelectsA, {a, b})}, {{"dtype", g.dtype()}});
-  Tensor grad_a = op("mul", {g, mask});
-  return {sum_to(grad_a, a.shape()), sum_to(op("sub", {g, grad_a}), b.shape())};
+  Tensor mask = nested_call1(cast_op(), {nested_call1(kSelectsA, {a, b})}, {{"dtype", g.dtype()}});
+  Tensor grad_a = nested_call1("mul", {g, mask});
+  return {sum_to(grad_a, a.shape()), sum_to(nested_call1("sub", {g, grad_a}), b.shape())};
 }
 
 constexpr char kGe[] = "ge";
@@ -325,11 +330,11 @@ OpDef comparison(std::string name, KernelFn kernel, std::string doc) {
 
 }  // namespace
 
-const OpDef& eq_op() { return op<"eq">(); }
-const OpDef& lt_op() { return op<"lt">(); }
-const OpDef& le_op() { return op<"le">(); }
-const OpDef& gt_op() { return op<"gt">(); }
-const OpDef& ge_op() { return op<"ge">(); }
+const OpDef& eq_op() { return op_def<"eq">(); }
+const OpDef& lt_op() { return op_def<"lt">(); }
+const OpDef& le_op() { return op_def<"le">(); }
+const OpDef& gt_op() { return op_def<"gt">(); }
+const OpDef& ge_op() { return op_def<"ge">(); }
 
 void register_elementwise_binary_ops(Registry& registry) {
   registry.add(arithmetic<elementwise::Add>(arithmetic_kernel<Add>, add_gradient, "a + b"));

@@ -41,21 +41,21 @@ E apply_op(const E& e, Params... params) {
   Attrs attrs;
   size_t k = 0;
   (attrs.set(std::string(Op::kParams[k++].name), static_cast<double>(params)), ...);
-  return E{op(Op::kName, {e.t}, attrs)};
+  return E{nested_call1(op_def<Op>(), {e.t}, attrs)};
 }
 
 namespace {
 
 Tensor scalar_like(double value, const Tensor& t) { return scalar_tensor(value, t.dtype()); }
 
-GradExpr binary(std::string_view name, const GradExpr& a, const GradExpr& b) {
-  return {op(name, {a.t, b.t})};
+GradExpr binary(const OpDef& op, const GradExpr& a, const GradExpr& b) {
+  return {nested_call1(op, {a.t, b.t})};
 }
-GradExpr binary(std::string_view name, const GradExpr& a, double b) {
-  return {op(name, {a.t, scalar_like(b, a.t)})};
+GradExpr binary(const OpDef& op, const GradExpr& a, double b) {
+  return {nested_call1(op, {a.t, scalar_like(b, a.t)})};
 }
-GradExpr binary(std::string_view name, double a, const GradExpr& b) {
-  return {op(name, {scalar_like(a, b.t), b.t})};
+GradExpr binary(const OpDef& op, double a, const GradExpr& b) {
+  return {nested_call1(op, {scalar_like(a, b.t), b.t})};
 }
 
 template <class A, class B>
@@ -63,19 +63,19 @@ constexpr bool kHasGradExpr = std::is_same_v<A, GradExpr> || std::is_same_v<B, G
 
 template <class A, class B>
 requires kHasGradExpr<A, B> GradExpr operator+(const A& a, const B& b) {
-  return binary(elementwise::Add::kName, a, b);
+  return binary(op_def<elementwise::Add>(), a, b);
 }
 template <class A, class B>
 requires kHasGradExpr<A, B> GradExpr operator-(const A& a, const B& b) {
-  return binary(elementwise::Sub::kName, a, b);
+  return binary(op_def<elementwise::Sub>(), a, b);
 }
 template <class A, class B>
 requires kHasGradExpr<A, B> GradExpr operator*(const A& a, const B& b) {
-  return binary(elementwise::Mul::kName, a, b);
+  return binary(op_def<elementwise::Mul>(), a, b);
 }
 template <class A, class B>
 requires kHasGradExpr<A, B> GradExpr operator/(const A& a, const B& b) {
-  return binary(elementwise::Div::kName, a, b);
+  return binary(op_def<elementwise::Div>(), a, b);
 }
 GradExpr operator-(const GradExpr& a) { return apply_op<elementwise::Neg>(a); }
 
@@ -92,16 +92,16 @@ struct GradientBuilder {
   GradExpr none() const { return {}; }
   // A bool condition as 1 and 0 of the gradient's dtype.
   GradExpr mask(const GradExpr& cond) const {
-    return {op(cast_op(), {cond.t}, {{"dtype", g.t.dtype()}})};
+    return {nested_call1(cast_op(), {cond.t}, {{"dtype", g.t.dtype()}})};
   }
-  GradExpr gt(const GradExpr& a, double b) const { return binary(gt_op().name, a, b); }
-  GradExpr ge(const GradExpr& a, double b) const { return binary(ge_op().name, a, b); }
-  GradExpr lt(const GradExpr& a, double b) const { return binary(lt_op().name, a, b); }
-  GradExpr le(const GradExpr& a, double b) const { return binary(le_op().name, a, b); }
+  GradExpr gt(const GradExpr& a, double b) const { return binary(gt_op(), a, b); }
+  GradExpr ge(const GradExpr& a, double b) const { return binary(ge_op(), a, b); }
+  GradExpr lt(const GradExpr& a, double b) const { return binary(lt_op(), a, b); }
+  GradExpr le(const GradExpr& a, double b) const { return binary(le_op(), a, b); }
   // cond ? a : b, where a double is a scalar of the gradient's dtype.
   template <class A, class B>
   GradExpr where(const GradExpr& cond, const A& a, const B& b) const {
-    return {op("where", {cond.t, tensor_of(a), tensor_of(b)})};
+    return {nested_call1("where", {cond.t, tensor_of(a), tensor_of(b)})};
   }
 
  private:
@@ -296,20 +296,20 @@ void where_kernel(const KernelContext& c) {
 std::vector<Tensor> cast_gradient(const GradContext& c) {
   DType from = c.inputs[0].dtype();
   if (!is_floating_point(from) || !is_floating_point(c.outputs[0].dtype())) return {Tensor()};
-  return {op(cast_op(), {c.grad_outputs[0]}, {{"dtype", from}})};
+  return {nested_call1(cast_op(), {c.grad_outputs[0]}, {{"dtype", from}})};
 }
 
 std::vector<Tensor> where_gradient(const GradContext& c) {
   const Tensor& cond = c.inputs[0];
   const Tensor& g = c.grad_outputs[0];
   Tensor zero = scalar_like(0, g);
-  return {Tensor(), sum_to(op("where", {cond, g, zero}), c.inputs[1].shape()),
-          sum_to(op("where", {cond, zero, g}), c.inputs[2].shape())};
+  return {Tensor(), sum_to(nested_call1("where", {cond, g, zero}), c.inputs[1].shape()),
+          sum_to(nested_call1("where", {cond, zero, g}), c.inputs[2].shape())};
 }
 
 }  // namespace
 
-const OpDef& cast_op() { return op<"cast">(); }
+const OpDef& cast_op() { return op_def<"cast">(); }
 
 void register_elementwise_unary_ops(Registry& registry) {
   register_unary_ops(registry, static_cast<elementwise::UnaryOps*>(nullptr));

@@ -137,7 +137,7 @@ void fused_kernel(const KernelContext& c) {
 
 }  // namespace
 
-const OpDef& fused_elementwise_op() { return op<"fused_elementwise">(); }
+const OpDef& fused_elementwise_op() { return op_def<"fused_elementwise">(); }
 
 void register_fused_elementwise_ops(Registry& registry) {
   registry.add(

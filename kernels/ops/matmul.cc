@@ -269,11 +269,12 @@ void matmul_kernel(const KernelContext& c) {
 Tensor reshape(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
   std::vector<int64_t> dims(shape.begin(), shape.end());
-  return op(reshape_op(), {t}, {{"shape", dims}});
+  return nested_call1(reshape_op(), {t}, {{"shape", dims}});
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
-  return op("matmul", {a, b}, {{"transpose_a", transpose_a}, {"transpose_b", transpose_b}});
+  return nested_call1("matmul", {a, b},
+                      {{"transpose_a", transpose_a}, {"transpose_b", transpose_b}});
 }
 
 // With op(X) = X or X^T as the flags say, C = op(A) op(B):
@@ -404,14 +405,14 @@ std::vector<Tensor> linear_gradient(const GradContext& c) {
     for (int axis = 0; axis + 1 < x.rank(); ++axis) rows *= x.shape()[axis];
     Tensor g2 = reshape(g, Shape{rows, out});
     grad_w = matmul(g2, reshape(x, Shape{rows, in}), true, false);
-    grad_b = op(sum_op(), {g2}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", false}});
+    grad_b = nested_call1(sum_op(), {g2}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", false}});
   }
   return {grad_x, grad_w, grad_b};
 }
 
 }  // namespace
 
-const OpDef& linear_op() { return op<"linear">(); }
+const OpDef& linear_op() { return op_def<"linear">(); }
 
 void register_matmul_ops(Registry& registry) {
   registry.add({.name = "matmul",

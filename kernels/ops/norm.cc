@@ -250,10 +250,10 @@ std::vector<Tensor> batch_norm_gradient(const GradContext& c) {
   const Shape channel{x.shape()[1]};
   const Tensor g = or_zeros(c.grad_outputs[0], x.shape());
   std::vector<Tensor> grads =
-      op_outputs("batch_norm_backward",
-                 {x, c.inputs[1], c.outputs[1], c.outputs[2], g,
-                  or_zeros(c.grad_outputs[1], channel), or_zeros(c.grad_outputs[2], channel)},
-                 c.attrs);
+      nested_call("batch_norm_backward",
+                  {x, c.inputs[1], c.outputs[1], c.outputs[2], g,
+                   or_zeros(c.grad_outputs[1], channel), or_zeros(c.grad_outputs[2], channel)},
+                  c.attrs);
   if (c.attrs.get_bool("training")) grads[3] = grads[4] = Tensor();
   return grads;
 }
@@ -387,7 +387,7 @@ void layer_norm_backward_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> layer_norm_gradient(const GradContext& c) {
-  return op_outputs("layer_norm_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs);
+  return nested_call("layer_norm_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs);
 }
 
 std::vector<AttrSpec> batch_norm_attrs() { return {{"training", false}, {"eps", 1e-5}}; }
@@ -397,7 +397,7 @@ std::vector<AttrSpec> layer_norm_attrs() {
 
 }  // namespace
 
-const OpDef& batch_norm_op() { return op<"batch_norm">(); }
+const OpDef& batch_norm_op() { return op_def<"batch_norm">(); }
 
 void register_norm_ops(Registry& registry) {
   registry.add({.name = "batch_norm",

@@ -11,11 +11,11 @@ std::source_location enclosing_call_site(const std::source_location& fallback) {
 }
 
 Tensor zeros(const Shape& shape, DType dtype, Device device, std::source_location fallback) {
-  return op(zeros_op(), {},
-            {{"shape", std::vector<int64_t>(shape.begin(), shape.end())},
-             {"dtype", dtype},
-             {"device", device.to_string()}},
-            fallback);
+  return nested_call1(zeros_op(), {},
+                      {{"shape", std::vector<int64_t>(shape.begin(), shape.end())},
+                       {"dtype", dtype},
+                       {"device", device.to_string()}},
+                      fallback);
 }
 
 void check_floating(const char* what, DType dtype) {

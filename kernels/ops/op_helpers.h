@@ -23,19 +23,22 @@ namespace tandem::kernels {
 // called op().
 std::source_location enclosing_call_site(const std::source_location& fallback);
 
-// One call of a single-output op, for gradient formulas:
-//   return {op("mul", {g, b}), op("mul", {g, a})};
+// call1() made inside another op's work (a gradient formula, a composite
+// op), which reports the enclosing call's site:
+//   return {nested_call1(mul, {g, b}), nested_call1(mul, {g, a})};
 // The call site is enclosing_call_site(the caller's line).
-inline Tensor op(std::string_view name, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
-                 std::source_location fallback = std::source_location::current()) {
+inline Tensor nested_call1(std::string_view name, absl::Span<const Tensor> inputs,
+                           const Attrs& attrs = {},
+                           std::source_location fallback = std::source_location::current()) {
   return call1(name, inputs, attrs, enclosing_call_site(fallback));
 }
-inline Tensor op(const OpDef& def, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
-                 std::source_location fallback = std::source_location::current()) {
+inline Tensor nested_call1(const OpDef& def, absl::Span<const Tensor> inputs,
+                           const Attrs& attrs = {},
+                           std::source_location fallback = std::source_location::current()) {
   return call1(def, inputs, attrs, enclosing_call_site(fallback));
 }
 // The same for ops with several outputs (split, the backward ops).
-inline std::vector<Tensor> op_outputs(
+inline std::vector<Tensor> nested_call(
     std::string_view name, absl::Span<const Tensor> inputs, const Attrs& attrs = {},
     std::source_location fallback = std::source_location::current()) {
   return call(name, inputs, attrs, enclosing_call_site(fallback));

@@ -233,8 +233,8 @@ Tensor expand_back(const Tensor& g, const Tensor& x, const Attrs& attrs) {
   Shape keep = keepdims_shape(x.shape(), axes);
   std::vector<int64_t> keep_dims(keep.begin(), keep.end());
   std::vector<int64_t> x_dims(x.shape().begin(), x.shape().end());
-  Tensor kept = g.shape() == keep ? g : op(reshape_op(), {g}, {{"shape", keep_dims}});
-  return op(expand_op(), {kept}, {{"shape", x_dims}});
+  Tensor kept = g.shape() == keep ? g : nested_call1(reshape_op(), {g}, {{"shape", keep_dims}});
+  return nested_call1(expand_op(), {kept}, {{"shape", x_dims}});
 }
 
 std::vector<Tensor> sum_gradient(const GradContext& c) {
@@ -246,37 +246,42 @@ std::vector<Tensor> mean_gradient(const GradContext& c) {
   double count = x.numel() == 0
                      ? 1
                      : static_cast<double>(x.numel() / std::max<int64_t>(c.outputs[0].numel(), 1));
-  return {op(elementwise::Div::kName,
-             {expand_back(c.grad_outputs[0], x, c.attrs), scalar_tensor(count, x.dtype())})};
+  return {nested_call1(op_def<elementwise::Div>(), {expand_back(c.grad_outputs[0], x, c.attrs),
+                                                    scalar_tensor(count, x.dtype())})};
 }
 
 // Ties share the gradient equally.
 std::vector<Tensor> max_min_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
-  Tensor selected = op(cast_op(), {op(eq_op(), {x, expand_back(c.outputs[0], x, c.attrs)})},
-                       {{"dtype", x.dtype()}});
+  Tensor selected =
+      nested_call1(cast_op(), {nested_call1(eq_op(), {x, expand_back(c.outputs[0], x, c.attrs)})},
+                   {{"dtype", x.dtype()}});
   Attrs keep = c.attrs;
   keep.set("keepdims", true);
-  Tensor ties = op(sum_op(), {selected}, keep);
-  Tensor share =
-      op(elementwise::Div::kName,
-         {selected, op(expand_op(), {ties},
-                       {{"shape", std::vector<int64_t>(x.shape().begin(), x.shape().end())}})});
-  return {op(elementwise::Mul::kName, {expand_back(c.grad_outputs[0], x, c.attrs), share})};
+  Tensor ties = nested_call1(sum_op(), {selected}, keep);
+  Tensor share = nested_call1(
+      op_def<elementwise::Div>(),
+      {selected,
+       nested_call1(expand_op(), {ties},
+                    {{"shape", std::vector<int64_t>(x.shape().begin(), x.shape().end())}})});
+  return {nested_call1(op_def<elementwise::Mul>(),
+                       {expand_back(c.grad_outputs[0], x, c.attrs), share})};
 }
 
 // d var / dx = 2 (x - mean) / (N - correction).
 std::vector<Tensor> var_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
   Attrs keep{{"axes", c.attrs.get_ints("axes")}, {"keepdims", true}};
-  Tensor mean = op(mean_op(), {x}, keep);
+  Tensor mean = nested_call1(mean_op(), {x}, keep);
   std::vector<int64_t> x_dims(x.shape().begin(), x.shape().end());
-  Tensor centered = op(elementwise::Sub::kName, {x, op(expand_op(), {mean}, {{"shape", x_dims}})});
+  Tensor centered = nested_call1(op_def<elementwise::Sub>(),
+                                 {x, nested_call1(expand_op(), {mean}, {{"shape", x_dims}})});
   double count = static_cast<double>(x.numel() / std::max<int64_t>(c.outputs[0].numel(), 1));
   double scale = 2.0 / (count - static_cast<double>(c.attrs.get_int("correction")));
-  return {op(elementwise::Mul::kName,
-             {expand_back(c.grad_outputs[0], x, c.attrs),
-              op(elementwise::Mul::kName, {centered, scalar_tensor(scale, x.dtype())})})};
+  return {nested_call1(
+      op_def<elementwise::Mul>(),
+      {expand_back(c.grad_outputs[0], x, c.attrs),
+       nested_call1(op_def<elementwise::Mul>(), {centered, scalar_tensor(scale, x.dtype())})})};
 }
 
 std::vector<AttrSpec> reduce_attrs() {
@@ -285,8 +290,8 @@ std::vector<AttrSpec> reduce_attrs() {
 
 }  // namespace
 
-const OpDef& sum_op() { return op<"sum">(); }
-const OpDef& mean_op() { return op<"mean">(); }
+const OpDef& sum_op() { return op_def<"sum">(); }
+const OpDef& mean_op() { return op_def<"mean">(); }
 
 void register_reduce_ops(Registry& registry) {
   registry.add({.name = "sum",

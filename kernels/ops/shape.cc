@@ -108,7 +108,7 @@ TensorMetas infer_reshape(absl::Span<const TensorMeta> in, const Attrs& attrs) {
 }
 
 Tensor reshape_to(const Tensor& t, const Shape& shape) {
-  return op("reshape", {t}, {{"shape", dims_of(shape)}});
+  return nested_call1("reshape", {t}, {{"shape", dims_of(shape)}});
 }
 
 std::vector<Tensor> reshape_gradient(const GradContext& c) {
@@ -198,7 +198,7 @@ std::vector<Tensor> transpose_gradient(const GradContext& c) {
   Ints perm = resolve_perm(c.inputs[0].shape(), c.attrs.get_ints("perm"));
   Ints inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
-  return {op("transpose", {c.grad_outputs[0]}, {{"perm", inverse}})};
+  return {nested_call1("transpose", {c.grad_outputs[0]}, {{"perm", inverse}})};
 }
 
 // concat: inputs of one dtype and rank, equal except along `axis`.
@@ -235,7 +235,7 @@ void concat_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> split_along(const Tensor& t, int64_t axis, Ints sizes) {
-  return op_outputs("split", {t}, {{"axis", axis}, {"sizes", std::move(sizes)}});
+  return nested_call("split", {t}, {{"axis", axis}, {"sizes", std::move(sizes)}});
 }
 
 std::vector<Tensor> concat_gradient(const GradContext& c) {
@@ -326,7 +326,7 @@ std::vector<Tensor> split_gradient(const GradContext& c) {
     pieces.push_back(g.defined() ? g : zeros_like(c.outputs[k]));
   }
   if (!any) return {Tensor()};
-  return {op("concat", pieces, {{"axis", c.attrs.get_int("axis")}})};
+  return {nested_call1("concat", pieces, {{"axis", c.attrs.get_int("axis")}})};
 }
 
 // slice: x[begin:end:step] along `axis`, bounds clamped as in Python.
@@ -393,11 +393,11 @@ std::vector<Tensor> slice_gradient(const GradContext& c) {
     Ints pads(2 * shape.rank(), 0);
     pads[2 * range.axis] = range.begin;
     pads[2 * range.axis + 1] = shape[range.axis] - range.begin - range.count;
-    return {op("pad", {g}, {{"pads", pads}})};
+    return {nested_call1("pad", {g}, {{"pads", pads}})};
   }
   Attrs attrs = c.attrs;
   attrs.set("size", shape[range.axis]);
-  return {op("slice_backward", {g}, attrs)};
+  return {nested_call1("slice_backward", {g}, attrs)};
 }
 
 // slice_backward: the rows of a slice put back in zeros, along an axis of
@@ -427,7 +427,7 @@ void slice_backward_kernel(const KernelContext& c) {
 std::vector<Tensor> slice_backward_gradient(const GradContext& c) {
   Attrs attrs;
   for (const char* name : {"axis", "begin", "end", "step"}) attrs.set(name, c.attrs.get_int(name));
-  return {op("slice", {c.grad_outputs[0]}, attrs)};
+  return {nested_call1("slice", {c.grad_outputs[0]}, attrs)};
 }
 
 // take: out[o, j..., i] = x[o, indices[j...], i] along `axis`; indices are
@@ -505,8 +505,8 @@ void take_kernel(const KernelContext& c) {
 
 std::vector<Tensor> take_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
-  return {op("index_add", {zeros_like(x), c.inputs[1], c.grad_outputs[0]},
-             {{"axis", c.attrs.get_int("axis")}}),
+  return {nested_call1("index_add", {zeros_like(x), c.inputs[1], c.grad_outputs[0]},
+                       {{"axis", c.attrs.get_int("axis")}}),
           Tensor()};
 }
 
@@ -528,7 +528,8 @@ void embedding_kernel(const KernelContext& c) {
 
 std::vector<Tensor> embedding_gradient(const GradContext& c) {
   const Tensor& weight = c.inputs[0];
-  return {op("index_add", {zeros_like(weight), c.inputs[1], c.grad_outputs[0]}), Tensor()};
+  return {nested_call1("index_add", {zeros_like(weight), c.inputs[1], c.grad_outputs[0]}),
+          Tensor()};
 }
 
 // index_add: out = x, then out[o, indices[j...], i] += src[o, j..., i]; the
@@ -573,7 +574,7 @@ void index_add_kernel(const KernelContext& c) {
 
 std::vector<Tensor> index_add_gradient(const GradContext& c) {
   const Tensor& g = c.grad_outputs[0];
-  return {g, Tensor(), op("take", {g, c.inputs[1]}, {{"axis", c.attrs.get_int("axis")}})};
+  return {g, Tensor(), nested_call1("take", {g, c.inputs[1]}, {{"axis", c.attrs.get_int("axis")}})};
 }
 
 // pad: `pads` = [before_0, after_0, before_1, after_1, ...], filled with `value`.
@@ -641,8 +642,9 @@ std::vector<Tensor> pad_gradient(const GradContext& c) {
   Tensor g = c.grad_outputs[0];
   for (int i = 0; i < shape.rank(); ++i) {
     if (pads[2 * i] == 0 && pads[2 * i + 1] == 0) continue;
-    g = op("slice", {g},
-           {{"axis", int64_t{i}}, {"begin", pads[2 * i]}, {"end", pads[2 * i] + shape[i]}});
+    g = nested_call1(
+        "slice", {g},
+        {{"axis", int64_t{i}}, {"begin", pads[2 * i]}, {"end", pads[2 * i] + shape[i]}});
   }
   return {g};
 }
@@ -689,10 +691,10 @@ AttrSpec optional(std::string name, AttrValue value) {
 
 }  // namespace
 
-const OpDef& reshape_op() { return op<"reshape">(); }
-const OpDef& expand_op() { return op<"expand">(); }
-const OpDef& slice_op() { return op<"slice">(); }
-const OpDef& split_op() { return op<"split">(); }
+const OpDef& reshape_op() { return op_def<"reshape">(); }
+const OpDef& expand_op() { return op_def<"expand">(); }
+const OpDef& slice_op() { return op_def<"slice">(); }
+const OpDef& split_op() { return op_def<"split">(); }
 
 void register_shape_ops(Registry& registry) {
   constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();

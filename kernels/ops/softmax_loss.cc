@@ -99,7 +99,7 @@ void softmax_kernel(const KernelContext& c) {
 }
 
 Tensor sum_keep(const Tensor& t, int64_t axis) {
-  return op(sum_op(), {t}, {{"axes", std::vector<int64_t>{axis}}, {"keepdims", true}});
+  return nested_call1(sum_op(), {t}, {{"axes", std::vector<int64_t>{axis}}, {"keepdims", true}});
 }
 
 // dx = y * (g - sum(g * y)) along the axis.
@@ -107,9 +107,10 @@ std::vector<Tensor> softmax_gradient(const GradContext& c) {
   const Tensor& y = c.outputs[0];
   const Tensor& g = c.grad_outputs[0];
   int64_t axis = softmax_axis(y.shape(), c.attrs);
-  return {op(
+  return {nested_call1(
       elementwise::Mul::kName,
-      {y, op(elementwise::Sub::kName, {g, sum_keep(op(elementwise::Mul::kName, {g, y}), axis)})})};
+      {y, nested_call1(op_def<elementwise::Sub>(),
+                       {g, sum_keep(nested_call1(op_def<elementwise::Mul>(), {g, y}), axis)})})};
 }
 
 // dx = g - exp(y) * sum(g) along the axis.
@@ -117,9 +118,10 @@ std::vector<Tensor> log_softmax_gradient(const GradContext& c) {
   const Tensor& y = c.outputs[0];
   const Tensor& g = c.grad_outputs[0];
   int64_t axis = softmax_axis(y.shape(), c.attrs);
-  return {
-      op(elementwise::Sub::kName,
-         {g, op(elementwise::Mul::kName, {op(elementwise::Exp::kName, {y}), sum_keep(g, axis)})})};
+  return {nested_call1(
+      op_def<elementwise::Sub>(),
+      {g, nested_call1(op_def<elementwise::Mul>(),
+                       {nested_call1(op_def<elementwise::Exp>(), {y}), sum_keep(g, axis)})})};
 }
 
 // Losses.
@@ -261,7 +263,8 @@ void cross_entropy_backward_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> cross_entropy_gradient(const GradContext& c) {
-  return {op("cross_entropy_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs),
+  return {nested_call1("cross_entropy_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]},
+                       c.attrs),
           Tensor()};
 }
 
@@ -303,7 +306,8 @@ void nll_backward_kernel(const KernelContext& c) {
 }
 
 std::vector<Tensor> nll_gradient(const GradContext& c) {
-  return {op("nll_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs), Tensor()};
+  return {nested_call1("nll_backward", {c.inputs[0], c.inputs[1], c.grad_outputs[0]}, c.attrs),
+          Tensor()};
 }
 
 TensorMetas infer_mse(absl::Span<const TensorMeta> in, const Attrs& attrs) {
@@ -333,11 +337,12 @@ std::vector<Tensor> mse_gradient(const GradContext& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   double scale =
       reduction_of(c.attrs) == Reduction::kMean ? 2.0 / static_cast<double>(a.numel()) : 2.0;
-  Tensor grad_a =
-      op(elementwise::Mul::kName,
-         {c.grad_outputs[0], op(elementwise::Mul::kName, {op(elementwise::Sub::kName, {a, b}),
-                                                          scalar_tensor(scale, a.dtype())})});
-  return {grad_a, op(elementwise::Mul::kName, {grad_a, scalar_tensor(-1, a.dtype())})};
+  Tensor grad_a = nested_call1(
+      op_def<elementwise::Mul>(),
+      {c.grad_outputs[0],
+       nested_call1(op_def<elementwise::Mul>(), {nested_call1(op_def<elementwise::Sub>(), {a, b}),
+                                                 scalar_tensor(scale, a.dtype())})});
+  return {grad_a, nested_call1(op_def<elementwise::Mul>(), {grad_a, scalar_tensor(-1, a.dtype())})};
 }
 
 AttrSpec reduction_attr() { return {"reduction", std::string("mean")}; }

@@ -30,7 +30,7 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-using testing::op;
+using testing::op_def;
 
 using testing::random_tensor;
 
@@ -54,15 +54,15 @@ Graph layer_activation_graph(const Case& c) {
   ValueId w = c.linear ? g.add_input("w", InputKind::kState, Shape{o, 3}, c.dtype)
                        : g.add_input("w", InputKind::kState, Shape{o, 3, 3, 3}, c.dtype);
   ValueId b = g.add_input("b", InputKind::kState, Shape{o}, c.dtype);
-  ValueId h = c.linear ? g.add_node(op("linear"), {}, {x, w, b})[0]
-                       : g.add_node(op("conv2d"), {{"padding", Ints{1, 1}}}, {x, w, b})[0];
+  ValueId h = c.linear ? g.add_node(op_def("linear"), {}, {x, w, b})[0]
+                       : g.add_node(op_def("conv2d"), {{"padding", Ints{1, 1}}}, {x, w, b})[0];
   kernels::Attrs attrs;
-  const kernels::OpDef& activation = op(c.activation.c_str());
+  const kernels::OpDef& activation = op_def(c.activation.c_str());
   if (activation.elementwise != nullptr && activation.elementwise->num_params == 1) {
     attrs.set(std::string(activation.elementwise->params[0].name), kAlpha);
   }
   g.add_output(g.add_node(activation, attrs, {h})[0], "y");
-  if (c.layer_output_read_twice) g.add_output(g.add_node(op("neg"), {}, {h})[0], "neg_h");
+  if (c.layer_output_read_twice) g.add_output(g.add_node(op_def("neg"), {}, {h})[0], "neg_h");
   if (c.layer_output_is_output) g.add_output(h, "h");
   return g;
 }
@@ -110,7 +110,7 @@ TEST(ActivationFusionTest, FusesEachActivationAndMatches) {
       const Node& layer = g.nodes[0];
       EXPECT_EQ(layer.op->name, linear ? "linear" : "conv2d");
       EXPECT_EQ(layer.attrs.get_string("activation"), activation);
-      if (op(activation.c_str()).elementwise->num_params == 1) {
+      if (op_def(activation.c_str()).elementwise->num_params == 1) {
         EXPECT_EQ(layer.attrs.get_float("alpha"), kAlpha);
       }
       EXPECT_EQ(layer.outputs[0], g.outputs[0].value);
@@ -146,7 +146,7 @@ TEST(ActivationFusionTest, FusesOneActivationPerLayer) {
   Graph original = layer_activation_graph({.activation = "tanh"});
   Graph g = original;
   ValueId y = g.outputs[0].value;
-  g.outputs[0].value = g.add_node(op("relu"), {}, {y})[0];
+  g.outputs[0].value = g.add_node(op_def("relu"), {}, {y})[0];
   Graph unfused = g;
   EXPECT_EQ(ActivationFusion().run(g), 1);
   EXPECT_EQ(ActivationFusion().run(g), 0);
@@ -163,8 +163,8 @@ TEST(ActivationFusionTest, FusesStackedLayers) {
   for (int layer = 0; layer < 3; ++layer) {
     ValueId w = g.add_input(str_cat("w", layer), InputKind::kState, Shape{6, 6}, DType::kFloat32);
     ValueId b = g.add_input(str_cat("b", layer), InputKind::kState, Shape{6}, DType::kFloat32);
-    v = g.add_node(op("linear"), {}, {v, w, b})[0];
-    v = g.add_node(op(layer == 1 ? "gelu" : "relu"), {}, {v})[0];
+    v = g.add_node(op_def("linear"), {}, {v, w, b})[0];
+    v = g.add_node(op_def(layer == 1 ? "gelu" : "relu"), {}, {v})[0];
   }
   g.add_output(v, "y");
   Graph fused = original;
@@ -187,9 +187,10 @@ TEST(ActivationFusionTest, PipelineFusesAfterBatchNormFolding) {
   ValueId w = constant("w", Shape{o, 3, 3, 3}, 1, -0.5), b = constant("b", Shape{o}, 2, -0.5);
   ValueId gamma = constant("gamma", Shape{o}, 3, 0.5), beta = constant("beta", Shape{o}, 4, -0.5);
   ValueId mean = constant("mean", Shape{o}, 5, -0.5), var = constant("var", Shape{o}, 6, 0.5);
-  ValueId h = g.add_node(op("conv2d"), {{"padding", Ints{1, 1}}}, {x, w, b})[0];
-  ValueId n = g.add_node(op("batch_norm"), {{"training", false}}, {h, gamma, beta, mean, var})[0];
-  g.add_output(g.add_node(op("relu"), {}, {n})[0], "y");
+  ValueId h = g.add_node(op_def("conv2d"), {{"padding", Ints{1, 1}}}, {x, w, b})[0];
+  ValueId n =
+      g.add_node(op_def("batch_norm"), {{"training", false}}, {h, gamma, beta, mean, var})[0];
+  g.add_output(g.add_node(op_def("relu"), {}, {n})[0], "y");
   Graph optimized = original;
   optimize(optimized, {.inference = true});
   ASSERT_EQ(optimized.nodes.size(), 1u) << to_text(optimized);
@@ -206,7 +207,7 @@ TEST(ActivationFusionTest, RejectsBadActivationName) {
   ValueId w = g.add_input("w", InputKind::kState, Shape{4, 3}, DType::kFloat32);
   ValueId b = g.add_input("b", InputKind::kState, Shape{4}, DType::kFloat32);
   try {
-    g.add_node(op("linear"), {{"activation", std::string("swish")}}, {x, w, b});
+    g.add_node(op_def("linear"), {{"activation", std::string("swish")}}, {x, w, b});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("linear"), std::string::npos) << e.what();

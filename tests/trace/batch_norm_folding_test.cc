@@ -23,7 +23,7 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-using testing::op;
+using testing::op_def;
 
 using testing::random_tensor;
 
@@ -52,14 +52,14 @@ Graph layer_norm_graph(const Case& c) {
   ValueId mean = g.add_input("mean", InputKind::kState, Shape{o}, DType::kFloat32);
   ValueId var = g.add_input("var", InputKind::kState, Shape{o}, DType::kFloat32);
   ValueId h =
-      c.linear ? g.add_node(op("linear"), {{"activation", c.activation}}, {x, w, b})[0]
-               : g.add_node(op("conv2d"), {{"padding", Ints{1, 1}}, {"activation", c.activation}},
-                            {x, w, b})[0];
-  std::vector<ValueId> bn = g.add_node(op("batch_norm"), {{"training", c.training}, {"eps", 1e-3}},
-                                       {h, gamma, beta, mean, var});
-  g.add_output(g.add_node(op("relu"), {}, {bn[0]})[0], "y");
+      c.linear ? g.add_node(op_def("linear"), {{"activation", c.activation}}, {x, w, b})[0]
+               : g.add_node(op_def("conv2d"),
+                            {{"padding", Ints{1, 1}}, {"activation", c.activation}}, {x, w, b})[0];
+  std::vector<ValueId> bn = g.add_node(
+      op_def("batch_norm"), {{"training", c.training}, {"eps", 1e-3}}, {h, gamma, beta, mean, var});
+  g.add_output(g.add_node(op_def("relu"), {}, {bn[0]})[0], "y");
   if (c.layer_output_read_twice) g.add_output(h, "h");
-  if (c.stats_read) g.add_output(g.add_node(op("neg"), {}, {bn[1]})[0], "mean");
+  if (c.stats_read) g.add_output(g.add_node(op_def("neg"), {}, {bn[1]})[0], "mean");
   return g;
 }
 
@@ -121,8 +121,8 @@ TEST(BatchNormFoldingTest, FoldsStackedPairs) {
     ValueId w = state("w", Shape{4, in, 3, 3}), b = state("b", Shape{4});
     ValueId gamma = state("gamma", Shape{4}), beta = state("beta", Shape{4});
     ValueId mean = state("mean", Shape{4}), var = state("var", Shape{4});
-    ValueId h = g.add_node(op("conv2d"), {{"padding", Ints{1, 1}}}, {v, w, b})[0];
-    v = g.add_node(op("batch_norm"), {}, {h, gamma, beta, mean, var})[0];
+    ValueId h = g.add_node(op_def("conv2d"), {{"padding", Ints{1, 1}}}, {v, w, b})[0];
+    v = g.add_node(op_def("batch_norm"), {}, {h, gamma, beta, mean, var})[0];
   }
   g.add_output(v, "y");
   Graph folded = original;
@@ -142,13 +142,13 @@ TEST(BatchNormFoldingTest, FoldsAChainOfBatchNormsToAFixedPoint) {
   ValueId v = g.add_input("x", InputKind::kData, Shape{3, 6}, DType::kFloat32);
   ValueId w = g.add_input("w", InputKind::kState, Shape{4, 6}, DType::kFloat32);
   ValueId b = g.add_input("b", InputKind::kState, Shape{4}, DType::kFloat32);
-  v = g.add_node(op("linear"), {}, {v, w, b})[0];
+  v = g.add_node(op_def("linear"), {}, {v, w, b})[0];
   for (int k = 0; k < 3; ++k) {
     auto state = [&](const char* name) {
       return g.add_input(str_cat(name, k), InputKind::kState, Shape{4}, DType::kFloat32);
     };
     ValueId gamma = state("gamma"), beta = state("beta"), mean = state("mean"), var = state("var");
-    v = g.add_node(op("batch_norm"), {}, {v, gamma, beta, mean, var})[0];
+    v = g.add_node(op_def("batch_norm"), {}, {v, gamma, beta, mean, var})[0];
   }
   g.add_output(v, "y");
   Graph once = original;

@@ -17,17 +17,17 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-using testing::op;
+using testing::op_def;
 
 // x * exp(full(2) + arange(4)), the constant part a chain of four nodes.
 Graph creation_chain() {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
-  ValueId two = g.add_node(op("full"), {{"shape", Ints{4}}, {"value", 2.0}}, {})[0];
-  ValueId steps = g.add_node(op("arange"), {{"stop", 4.0}}, {})[0];
-  ValueId sum = g.add_node(op("add"), {}, {two, steps})[0];
-  ValueId e = g.add_node(op("exp"), {}, {sum})[0];
-  g.add_output(g.add_node(op("mul"), {}, {x, e})[0], "y");
+  ValueId two = g.add_node(op_def("full"), {{"shape", Ints{4}}, {"value", 2.0}}, {})[0];
+  ValueId steps = g.add_node(op_def("arange"), {{"stop", 4.0}}, {})[0];
+  ValueId sum = g.add_node(op_def("add"), {}, {two, steps})[0];
+  ValueId e = g.add_node(op_def("exp"), {}, {sum})[0];
+  g.add_output(g.add_node(op_def("mul"), {}, {x, e})[0], "y");
   return g;
 }
 
@@ -55,9 +55,9 @@ TEST(ConstantFoldingTest, FoldsCreationAndElementwiseChain) {
 // them stay nodes.
 TEST(ConstantFoldingTest, KeepsRandomOps) {
   Graph g;
-  ValueId r = g.add_node(op("rand"), {{"shape", Ints{3}}, {"seed", int64_t{7}}}, {})[0];
-  ValueId e = g.add_node(op("exp"), {}, {r})[0];
-  g.add_output(g.add_node(op("neg"), {}, {e})[0], "y");
+  ValueId r = g.add_node(op_def("rand"), {{"shape", Ints{3}}, {"seed", int64_t{7}}}, {})[0];
+  ValueId e = g.add_node(op_def("exp"), {}, {r})[0];
+  g.add_output(g.add_node(op_def("neg"), {}, {e})[0], "y");
   EXPECT_EQ(ConstantFolding().run(g), 0);
   EXPECT_EQ(g.nodes.size(), 3u);
   EXPECT_TRUE(g.inputs.empty());
@@ -67,10 +67,10 @@ TEST(ConstantFoldingTest, KeepsRandomOps) {
 // a big shape) stays a node, while its small constant input folds.
 TEST(ConstantFoldingTest, KeepsLargeOutputsAsNodes) {
   Graph g;
-  ValueId row = g.add_node(op("full"), {{"shape", Ints{1024}}, {"value", 1.0}}, {})[0];
-  ValueId big = g.add_node(op("expand"), {{"shape", Ints{2048, 1024}}}, {row})[0];
-  ValueId total = g.add_node(op("sum"), {}, {big})[0];
-  g.add_output(g.add_node(op("neg"), {}, {total})[0], "y");
+  ValueId row = g.add_node(op_def("full"), {{"shape", Ints{1024}}, {"value", 1.0}}, {})[0];
+  ValueId big = g.add_node(op_def("expand"), {{"shape", Ints{2048, 1024}}}, {row})[0];
+  ValueId total = g.add_node(op_def("sum"), {}, {big})[0];
+  g.add_output(g.add_node(op_def("neg"), {}, {total})[0], "y");
   ASSERT_GT(g.value(big).shape.numel(), kMaxFoldedElements);
   EXPECT_EQ(ConstantFolding().run(g), 1);
   verify(g);
@@ -89,9 +89,9 @@ TEST(ConstantFoldingTest, KeepsInputPositionsAndState) {
   ValueId w = g.add_input("w", InputKind::kState, Shape{3}, DType::kFloat32);
   ValueId unused = g.add_input("unused", InputKind::kData, Shape{1}, DType::kFloat32);
   (void)unused;
-  ValueId half = g.add_node(op("full"), {{"shape", Ints{3}}, {"value", 0.5}}, {})[0];
-  ValueId scaled = g.add_node(op("mul"), {}, {w, half})[0];  // Reads state: stays.
-  ValueId y = g.add_node(op("add"), {}, {x, scaled})[0];
+  ValueId half = g.add_node(op_def("full"), {{"shape", Ints{3}}, {"value", 0.5}}, {})[0];
+  ValueId scaled = g.add_node(op_def("mul"), {}, {w, half})[0];  // Reads state: stays.
+  ValueId y = g.add_node(op_def("add"), {}, {x, scaled})[0];
   g.add_output(y, "y");
   Graph original = g;
 
@@ -115,8 +115,8 @@ TEST(ConstantFoldingTest, KeepsInputPositionsAndState) {
 // fresh output tensors each call), while its constant inputs fold.
 TEST(ConstantFoldingTest, KeepsNodesWritingGraphOutputs) {
   Graph g;
-  ValueId a = g.add_node(op("full"), {{"shape", Ints{2}}, {"value", 3.0}}, {})[0];
-  ValueId b = g.add_node(op("neg"), {}, {a})[0];
+  ValueId a = g.add_node(op_def("full"), {{"shape", Ints{2}}, {"value", 3.0}}, {})[0];
+  ValueId b = g.add_node(op_def("neg"), {}, {a})[0];
   g.add_output(b, "b");
   EXPECT_EQ(ConstantFolding().run(g), 1);
   verify(g);

@@ -22,11 +22,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-using testing::op;
+using testing::op_def;
 
 ValueId node(Graph& g, const char* name, std::vector<ValueId> inputs, kernels::Attrs attrs = {},
              std::source_location where = std::source_location::current()) {
-  return g.add_node(op(name), attrs, std::move(inputs), where)[0];
+  return g.add_node(op_def(name), attrs, std::move(inputs), where)[0];
 }
 
 // relu(exp(x) * s + y), s a scalar: four fusable nodes in a chain.
@@ -150,8 +150,8 @@ TEST(ElementwiseFusionTest, BadProgramsAreErrors) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
   try {
-    g.add_node(op("fused_elementwise"), {{"program", std::string("r0=exp(i0);r1=frobnicate(r0)")}},
-               {x});
+    g.add_node(op_def("fused_elementwise"),
+               {{"program", std::string("r0=exp(i0);r1=frobnicate(r0)")}}, {x});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("fused_elementwise"));

@@ -21,7 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-using testing::op;
+using testing::op_def;
 
 // y = sum(relu(x @ w + b) * 2, axes=1): a few ops, two state inputs.
 Graph mlp_graph(int64_t batch) {
@@ -29,11 +29,12 @@ Graph mlp_graph(int64_t batch) {
   ValueId x = g.add_input("x", InputKind::kData, Shape{batch, 3}, DType::kFloat32);
   ValueId w = g.add_input("w", InputKind::kState, Shape{4, 3}, DType::kFloat32);
   ValueId b = g.add_input("b", InputKind::kState, Shape{4}, DType::kFloat32);
-  ValueId h = g.add_node(op("linear"), {}, {x, w, b})[0];
-  ValueId r = g.add_node(op("relu"), {}, {h})[0];
-  ValueId two = g.add_node(op("full"), {{"shape", std::vector<int64_t>{}}, {"value", 2.0}}, {})[0];
-  ValueId m = g.add_node(op("mul"), {}, {r, two})[0];
-  g.add_output(g.add_node(op("sum"), {{"axes", std::vector<int64_t>{1}}}, {m})[0], "y");
+  ValueId h = g.add_node(op_def("linear"), {}, {x, w, b})[0];
+  ValueId r = g.add_node(op_def("relu"), {}, {h})[0];
+  ValueId two =
+      g.add_node(op_def("full"), {{"shape", std::vector<int64_t>{}}, {"value", 2.0}}, {})[0];
+  ValueId m = g.add_node(op_def("mul"), {}, {r, two})[0];
+  g.add_output(g.add_node(op_def("sum"), {{"axes", std::vector<int64_t>{1}}}, {m})[0], "y");
   return g;
 }
 
@@ -156,7 +157,7 @@ TEST(ExecutorTest, RejectsInputsThatDifferFromTheGraph) {
 TEST(ExecutorTest, OutputsMayBeInputsOrRepeated) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{2}, DType::kFloat32);
-  ValueId e = g.add_node(op("exp"), {}, {x})[0];
+  ValueId e = g.add_node(op_def("exp"), {}, {x})[0];
   ValueId c = g.add_constant("c", Tensor::from_vector<float>({7, 8}, {2}));
   g.add_output(x, "x");
   g.add_output(e, "e1");
@@ -173,7 +174,7 @@ TEST(ExecutorTest, OutputsMayBeInputsOrRepeated) {
 TEST(ExecutorTest, RandomOpsRepeatTheTracedSeedUnlessReseeded) {
   Graph g;
   g.add_output(
-      g.add_node(op("rand"), {{"shape", std::vector<int64_t>{8}}, {"seed", int64_t{7}}}, {})[0],
+      g.add_node(op_def("rand"), {{"shape", std::vector<int64_t>{8}}, {"seed", int64_t{7}}}, {})[0],
       "r");
   Executor exec(std::move(g));
   std::vector<float> a = exec.run({})[0].to_vector<float>();
@@ -190,7 +191,7 @@ TEST(ExecutorTest, KernelFailuresNameTheOpAndTheTracedLine) {
   ValueId x = g.add_input("x", InputKind::kData, Shape{3}, DType::kInt64);
   ValueId i = g.add_input("i", InputKind::kData, Shape{1}, DType::kInt64);
   const int line = __LINE__ + 1;
-  g.add_output(g.add_node(op("take"), {}, {x, i}, std::source_location::current())[0], "y");
+  g.add_output(g.add_node(op_def("take"), {}, {x, i}, std::source_location::current())[0], "y");
   Executor exec(std::move(g));
   std::vector<Tensor> out = exec.run(
       {Tensor::from_vector<int64_t>({1, 2, 3}, {3}), Tensor::from_vector<int64_t>({9}, {1})});

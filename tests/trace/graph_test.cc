@@ -16,7 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-using testing::op;
+using testing::op_def;
 
 std::string verify_error(const Graph& g) {
   try {
@@ -32,8 +32,8 @@ Graph small_graph(std::source_location where = std::source_location::current()) 
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{2, 3}, DType::kFloat32);
   ValueId y = g.add_input("y", InputKind::kState, Shape{3}, DType::kFloat32);
-  ValueId r = g.add_node(op("relu"), {}, {x}, where)[0];
-  ValueId s = g.add_node(op("add"), {}, {r, y}, where)[0];
+  ValueId r = g.add_node(op_def("relu"), {}, {x}, where)[0];
+  ValueId s = g.add_node(op_def("add"), {}, {r, y}, where)[0];
   g.add_output(s, "out");
   return g;
 }
@@ -51,7 +51,7 @@ TEST(GraphTest, AddNodeChecksInputsLikeAnEagerCall) {
   ValueId a = g.add_input("a", InputKind::kData, Shape{2, 3}, DType::kFloat32);
   ValueId b = g.add_input("b", InputKind::kData, Shape{4, 5}, DType::kFloat32);
   try {
-    g.add_node(op("matmul"), {}, {a, b});
+    g.add_node(op_def("matmul"), {}, {a, b});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.op(), "matmul");

@@ -15,7 +15,9 @@
 
 namespace tandem::trace::testing {
 
-inline const kernels::OpDef& op(const char* name) { return kernels::Registry::global().get(name); }
+inline const kernels::OpDef& op_def(const char* name) {
+  return kernels::Registry::global().get(name);
+}
 
 // float32, uniform in [low, low + 1), a function of `seed`.
 inline Tensor random_tensor(const Shape& shape, int64_t seed, double low = -0.5) {

@@ -28,7 +28,7 @@ namespace tandem::trace {
 namespace {
 
 using Ints = std::vector<int64_t>;
-using testing::op;
+using testing::op_def;
 using testing::random_tensor;
 
 constexpr int64_t kBatch = 4, kWidth = 6;
@@ -65,7 +65,7 @@ class GraphGenerator {
   ValueId last() const { return values_.back(); }
 
   ValueId add(const char* name, kernels::Attrs attrs, std::vector<ValueId> inputs) {
-    return graph_.add_node(op(name), std::move(attrs), std::move(inputs))[0];
+    return graph_.add_node(op_def(name), std::move(attrs), std::move(inputs))[0];
   }
   ValueId state(const std::string& name, Shape shape) {
     return graph_.add_input(str_cat(name, graph_.inputs.size()), InputKind::kState,
@@ -100,7 +100,8 @@ class GraphGenerator {
         }
         std::vector<ValueId> stats{state("gamma", Shape{kWidth}), state("beta", Shape{kWidth}),
                                    state("mean", Shape{kWidth}), state("var", Shape{kWidth})};
-        values_.push_back(graph_.add_node(op("batch_norm"), {{"training", false}, {"eps", 1e-3}},
+        values_.push_back(graph_.add_node(op_def("batch_norm"),
+                                          {{"training", false}, {"eps", 1e-3}},
                                           {h, stats[0], stats[1], stats[2], stats[3]})[0]);
         break;
       }
@@ -223,8 +224,8 @@ TEST(PipelineTest, CyclesUntilThePassesSettle) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{kBatch, kWidth}, DType::kFloat32);
   ValueId c = g.add_constant("c", random_tensor(Shape{kBatch, kWidth}, 7));
-  ValueId e = g.add_node(op("exp"), {}, {c})[0];
-  g.add_output(g.add_node(op("mul"), {}, {x, e})[0], "y");
+  ValueId e = g.add_node(op_def("exp"), {}, {c})[0];
+  g.add_output(g.add_node(op_def("mul"), {}, {x, e})[0], "y");
   const Graph original = g;
   const std::vector<PassRun> runs = optimize(g);
   ASSERT_EQ(g.inputs.size(), 2u);
@@ -249,9 +250,9 @@ TEST(PipelineTest, FusesAnActivationThatCseMadeTheOnlyReader) {
   ValueId x = g.add_input("x", InputKind::kData, Shape{kBatch, kWidth}, DType::kFloat32);
   ValueId w = g.add_input("w", InputKind::kState, Shape{kWidth, kWidth}, DType::kFloat32);
   ValueId b = g.add_input("b", InputKind::kState, Shape{kWidth}, DType::kFloat32);
-  ValueId h = g.add_node(op("linear"), {}, {x, w, b})[0];
-  ValueId r1 = g.add_node(op("relu"), {}, {h})[0], r2 = g.add_node(op("relu"), {}, {h})[0];
-  g.add_output(g.add_node(op("mul"), {}, {r1, r2})[0], "y");
+  ValueId h = g.add_node(op_def("linear"), {}, {x, w, b})[0];
+  ValueId r1 = g.add_node(op_def("relu"), {}, {h})[0], r2 = g.add_node(op_def("relu"), {}, {h})[0];
+  g.add_output(g.add_node(op_def("mul"), {}, {r1, r2})[0], "y");
   const Graph original = g;
   optimize(g);
   EXPECT_EQ(testing::count_op(g, "relu"), 0);

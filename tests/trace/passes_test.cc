@@ -21,7 +21,7 @@
 namespace tandem::trace {
 namespace {
 
-using testing::op;
+using testing::op_def;
 
 // Verifies that TANDEM_DUMP_GRAPHS writes every step of a graph whose name
 // holds folder separators (a module path), inside the dump folder.
@@ -32,7 +32,7 @@ TEST(PipelineTest, DumpsGraphsWhoseNamesHoldASlash) {
   ::tandem::testing::ScopedEnv dump("TANDEM_DUMP_GRAPHS", dir.string());
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
-  g.add_output(g.add_node(op("exp"), {}, {x})[0], "y");
+  g.add_output(g.add_node(op_def("exp"), {}, {x})[0], "y");
   optimize(g, {.name = "net/../encoder"});
   EXPECT_TRUE(fs::exists(dir / "net_.._encoder.0.traced.txt"));
   EXPECT_TRUE(fs::exists(dir / "net_.._encoder.0.traced.dot"));
@@ -50,10 +50,10 @@ TEST(DeadCodeTest, RemovesNodesThatReachNoOutputAndKeepsInputs) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
   ValueId unused = g.add_input("unused", InputKind::kData, Shape{4}, DType::kFloat32);
-  ValueId a = g.add_node(op("exp"), {}, {x})[0];
-  ValueId dead = g.add_node(op("tanh"), {}, {a})[0];
-  g.add_node(op("relu"), {}, {dead});  // A chain of two dead nodes.
-  ValueId b = g.add_node(op("neg"), {}, {a})[0];
+  ValueId a = g.add_node(op_def("exp"), {}, {x})[0];
+  ValueId dead = g.add_node(op_def("tanh"), {}, {a})[0];
+  g.add_node(op_def("relu"), {}, {dead});  // A chain of two dead nodes.
+  ValueId b = g.add_node(op_def("neg"), {}, {a})[0];
   g.add_output(b, "b");
   (void)unused;
   EXPECT_EQ(DeadCodeElimination().run(g), 2);
@@ -72,7 +72,7 @@ TEST(DeadCodeTest, DropsUnreadConstantsAndKeepsOtherInputs) {
   g.add_input("unused_state", InputKind::kState, Shape{4}, DType::kFloat32);
   ValueId c = g.add_constant("c", kernels::call1("full", {}, {{"shape", std::vector<int64_t>{4}}}));
   g.add_constant("unused", kernels::call1("full", {}, {{"shape", std::vector<int64_t>{2}}}));
-  g.add_output(g.add_node(op("add"), {}, {x, c})[0], "y");
+  g.add_output(g.add_node(op_def("add"), {}, {x, c})[0], "y");
   EXPECT_EQ(DeadCodeElimination().run(g), 1);
   verify(g);
   ASSERT_EQ(g.inputs.size(), 3u);
@@ -84,9 +84,9 @@ TEST(DeadCodeTest, DropsUnreadConstantsAndKeepsOtherInputs) {
 TEST(CommonSubexpressionTest, MergesEqualCallsAndRewiresReaders) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
-  ValueId a1 = g.add_node(op("exp"), {}, {x})[0];
-  ValueId a2 = g.add_node(op("exp"), {}, {x})[0];
-  ValueId s = g.add_node(op("add"), {}, {a1, a2})[0];
+  ValueId a1 = g.add_node(op_def("exp"), {}, {x})[0];
+  ValueId a2 = g.add_node(op_def("exp"), {}, {x})[0];
+  ValueId s = g.add_node(op_def("add"), {}, {a1, a2})[0];
   g.add_output(s, "s");
   g.add_output(a2, "a2");
   EXPECT_EQ(CommonSubexpressionElimination().run(g), 1);
@@ -100,9 +100,9 @@ TEST(CommonSubexpressionTest, KeepsCallsWhoseAttributesDifferBeyondPrintedDigits
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
   // Both print as 0.1 with six digits; they are different calls.
-  ValueId a = g.add_node(op("leaky_relu"), {{"alpha", 0.1}}, {x})[0];
-  ValueId b = g.add_node(op("leaky_relu"), {{"alpha", 0.1000001}}, {x})[0];
-  g.add_output(g.add_node(op("add"), {}, {a, b})[0], "s");
+  ValueId a = g.add_node(op_def("leaky_relu"), {{"alpha", 0.1}}, {x})[0];
+  ValueId b = g.add_node(op_def("leaky_relu"), {{"alpha", 0.1000001}}, {x})[0];
+  g.add_output(g.add_node(op_def("add"), {}, {a, b})[0], "s");
   EXPECT_EQ(CommonSubexpressionElimination().run(g), 0);
 }
 
@@ -115,9 +115,9 @@ TEST(CommonSubexpressionTest, MergesSwappedOperandsOfCommutativeOpsOnly) {
     Graph g;
     ValueId a = g.add_input("a", InputKind::kData, Shape{4}, DType::kFloat32);
     ValueId b = g.add_input("b", InputKind::kData, Shape{4}, DType::kFloat32);
-    ValueId ab = g.add_node(op(name), {}, {a, b})[0];
-    ValueId ba = g.add_node(op(name), {}, {b, a})[0];
-    g.add_output(g.add_node(op("div"), {}, {ab, ba})[0], "q");
+    ValueId ab = g.add_node(op_def(name), {}, {a, b})[0];
+    ValueId ba = g.add_node(op_def(name), {}, {b, a})[0];
+    g.add_output(g.add_node(op_def("div"), {}, {ab, ba})[0], "q");
     const bool commutative = std::string(name) == "add" || std::string(name) == "mul";
     EXPECT_EQ(CommonSubexpressionElimination().run(g), commutative ? 1 : 0);
     verify(g);
@@ -127,10 +127,10 @@ TEST(CommonSubexpressionTest, MergesSwappedOperandsOfCommutativeOpsOnly) {
 TEST(CommonSubexpressionTest, KeepsRandomOpsWithDifferentSeeds) {
   Graph g;
   ValueId r1 =
-      g.add_node(op("rand"), {{"shape", std::vector<int64_t>{3}}, {"seed", int64_t{1}}}, {})[0];
+      g.add_node(op_def("rand"), {{"shape", std::vector<int64_t>{3}}, {"seed", int64_t{1}}}, {})[0];
   ValueId r2 =
-      g.add_node(op("rand"), {{"shape", std::vector<int64_t>{3}}, {"seed", int64_t{2}}}, {})[0];
-  g.add_output(g.add_node(op("add"), {}, {r1, r2})[0], "s");
+      g.add_node(op_def("rand"), {{"shape", std::vector<int64_t>{3}}, {"seed", int64_t{2}}}, {})[0];
+  g.add_output(g.add_node(op_def("add"), {}, {r1, r2})[0], "s");
   EXPECT_EQ(CommonSubexpressionElimination().run(g), 0);
 }
 
@@ -139,7 +139,7 @@ TEST(CommonSubexpressionTest, KeepsRandomOpsWithDifferentSeeds) {
 Graph chain(int n, int64_t size) {
   Graph g;
   ValueId v = g.add_input("x", InputKind::kData, Shape{size}, DType::kFloat32);
-  for (int i = 0; i < n; ++i) v = g.add_node(op(i % 2 ? "neg" : "exp"), {}, {v})[0];
+  for (int i = 0; i < n; ++i) v = g.add_node(op_def(i % 2 ? "neg" : "exp"), {}, {v})[0];
   g.add_output(v, "y");
   return g;
 }
@@ -159,11 +159,11 @@ TEST(MemoryPlanTest, NeverGivesTwoLiveValuesOneBuffer) {
   // x -> a, b, c (all read by the last node): three intermediates live at once.
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{8}, DType::kFloat32);
-  ValueId a = g.add_node(op("exp"), {}, {x})[0];
-  ValueId b = g.add_node(op("neg"), {}, {x})[0];
-  ValueId c = g.add_node(op("relu"), {}, {x})[0];
-  ValueId ab = g.add_node(op("add"), {}, {a, b})[0];
-  ValueId abc = g.add_node(op("add"), {}, {ab, c})[0];
+  ValueId a = g.add_node(op_def("exp"), {}, {x})[0];
+  ValueId b = g.add_node(op_def("neg"), {}, {x})[0];
+  ValueId c = g.add_node(op_def("relu"), {}, {x})[0];
+  ValueId ab = g.add_node(op_def("add"), {}, {a, b})[0];
+  ValueId abc = g.add_node(op_def("add"), {}, {ab, c})[0];
   g.add_output(abc, "y");
   MemoryPlan plan = plan_memory(g);
   EXPECT_NE(plan.buffer_of[a], plan.buffer_of[b]);
@@ -178,10 +178,10 @@ TEST(MemoryPlanTest, NeverGivesTwoLiveValuesOneBuffer) {
 TEST(MemoryPlanTest, GrowsAFreeBufferForALargerValue) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{2, 8}, DType::kFloat32);
-  ValueId small = g.add_node(op("sum"), {{"axes", std::vector<int64_t>{1}}}, {x})[0];  // [2]
-  ValueId big = g.add_node(op("expand"), {{"shape", std::vector<int64_t>{64, 2}}}, {small})[0];
-  ValueId e = g.add_node(op("exp"), {}, {big})[0];
-  g.add_output(g.add_node(op("sum"), {}, {e})[0], "y");
+  ValueId small = g.add_node(op_def("sum"), {{"axes", std::vector<int64_t>{1}}}, {x})[0];  // [2]
+  ValueId big = g.add_node(op_def("expand"), {{"shape", std::vector<int64_t>{64, 2}}}, {small})[0];
+  ValueId e = g.add_node(op_def("exp"), {}, {big})[0];
+  g.add_output(g.add_node(op_def("sum"), {}, {e})[0], "y");
   MemoryPlan plan = plan_memory(g);
   // small is freed after expand; exp's output takes the buffer and grows it.
   EXPECT_EQ(plan.buffer_bytes.size(), 2u);
@@ -191,10 +191,10 @@ TEST(MemoryPlanTest, GrowsAFreeBufferForALargerValue) {
 TEST(PipelineTest, OptimizesAndKeepsTheGraphValid) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
-  ValueId a1 = g.add_node(op("exp"), {}, {x})[0];
-  ValueId a2 = g.add_node(op("exp"), {}, {x})[0];
-  g.add_node(op("tanh"), {}, {a2});  // Dead.
-  g.add_output(g.add_node(op("add"), {}, {a1, a2})[0], "y");
+  ValueId a1 = g.add_node(op_def("exp"), {}, {x})[0];
+  ValueId a2 = g.add_node(op_def("exp"), {}, {x})[0];
+  g.add_node(op_def("tanh"), {}, {a2});  // Dead.
+  g.add_output(g.add_node(op_def("add"), {}, {a1, a2})[0], "y");
   optimize(g);
   // CSE merges the two exps, dead code drops tanh, fusion makes exp + add one node.
   ASSERT_EQ(g.nodes.size(), 1u);

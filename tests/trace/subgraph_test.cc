@@ -12,15 +12,15 @@
 namespace tandem::trace {
 namespace {
 
-using testing::op;
+using testing::op_def;
 
 TEST(SubgraphTest, NodesNeededForStopsAtTheStopSet) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{4}, DType::kFloat32);
-  ValueId a = g.add_node(op("exp"), {}, {x})[0];     // node 0
-  ValueId b = g.add_node(op("neg"), {}, {a})[0];     // node 1
-  g.add_node(op("tanh"), {}, {x});                   // node 2: not needed
-  ValueId c = g.add_node(op("add"), {}, {a, b})[0];  // node 3
+  ValueId a = g.add_node(op_def("exp"), {}, {x})[0];     // node 0
+  ValueId b = g.add_node(op_def("neg"), {}, {a})[0];     // node 1
+  g.add_node(op_def("tanh"), {}, {x});                   // node 2: not needed
+  ValueId c = g.add_node(op_def("add"), {}, {a, b})[0];  // node 3
   EXPECT_EQ(nodes_needed_for(g, {c}), (std::vector<int>{0, 1, 3}));
   std::vector<bool> stop(g.nodes.size(), false);
   stop[0] = true;  // exp is computed elsewhere.
@@ -30,8 +30,8 @@ TEST(SubgraphTest, NodesNeededForStopsAtTheStopSet) {
 TEST(SubgraphTest, ExtractedPiecesComputeWhatTheWholeDid) {
   Graph g;
   ValueId x = g.add_input("x", InputKind::kData, Shape{3}, DType::kFloat32);
-  ValueId a = g.add_node(op("exp"), {}, {x})[0];
-  ValueId b = g.add_node(op("mul"), {}, {a, x})[0];
+  ValueId a = g.add_node(op_def("exp"), {}, {x})[0];
+  ValueId b = g.add_node(op_def("mul"), {}, {a, x})[0];
   g.add_output(b, "b");
   // First piece: x -> a. Second: (a, x) -> b, with a as an input.
   Graph first = extract_subgraph(g, {0}, {g.inputs[0]}, {{a, "a"}});

@@ -36,16 +36,15 @@ void rewrite(Graph& graph, Match& match) {
     return graph.add_node(op, attrs, std::move(inputs), where, norm.scope)[0];
   };
   namespace ew = kernels::elementwise;
-  const kernels::Registry& ops = kernels::Registry::global();
-  const kernels::OpDef& plus = ops.get(ew::Add::kName);
-  const kernels::OpDef& minus = ops.get(ew::Sub::kName);
-  const kernels::OpDef& times = ops.get(ew::Mul::kName);
+  const kernels::OpDef& plus = kernels::op_def<ew::Add>();
+  const kernels::OpDef& minus = kernels::op_def<ew::Sub>();
+  const kernels::OpDef& times = kernels::op_def<ew::Mul>();
 
   const ValueId eps = add(kernels::full_op(), {},
                           {{"shape", std::vector<int64_t>{}},
                            {"dtype", dtype},
                            {"value", norm.attrs.get_float("eps")}});
-  const ValueId inv_std = add(ops.get(ew::Rsqrt::kName), {add(plus, {var, eps})});
+  const ValueId inv_std = add(kernels::op_def<ew::Rsqrt>(), {add(plus, {var, eps})});
   const ValueId scale = add(times, {gamma, inv_std});  // [O]
   // Scale along the weight's axis 0 (output channels): [O, 1, ...].
   std::vector<int64_t> column(static_cast<size_t>(graph.value(w).shape.rank()), 1);
