@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -48,6 +49,7 @@ class FileDescriptor {
   ~FileDescriptor() {
     if (fd_ >= 0) ::close(fd_);
   }
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
   int get() const { return fd_; }
@@ -266,15 +268,19 @@ bool file_exists(const std::string& path) {
 
 }  // namespace
 
-Tensor read_idx(const std::string& path, std::source_location where) {
-  CallSiteScope site("read_idx", where);
+namespace {
+
+void check_path(const std::string& path) {
   TANDEM_CHECK(!path.empty(), "the path is empty");
   if (path.find('\0') != std::string::npos) {
     std::string shown;
     for (char c : path) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
     TANDEM_CHECK(false, "the path \"", shown, "\" contains a NUL byte");
   }
+}
 
+// Opens `path` for reading; refuses anything but a regular file.
+FileDescriptor open_regular_file(const std::string& path, int64_t* file_bytes) {
   // O_NONBLOCK: opening a FIFO must not hang; it is rejected below.
   FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (file.get() < 0) {
@@ -289,31 +295,44 @@ Tensor read_idx(const std::string& path, std::source_location where) {
   TANDEM_CHECK(::fstat(file.get(), &info) == 0, path, ": cannot stat: ", errno_text(errno));
   TANDEM_CHECK(S_ISREG(info.st_mode), path, ": not a regular file",
                S_ISDIR(info.st_mode) ? " (it is a directory)" : "");
-  const int64_t file_bytes = info.st_size;
+  *file_bytes = info.st_size;
+  return file;
+}
 
-  // Gzip or plain? Peek at the first two bytes without moving the offset.
+// The file's bytes, inflated if it is gzip (told by its first two bytes,
+// peeked without moving the offset).
+std::unique_ptr<ByteSource> open_source(const std::string& path, int fd) {
   uint8_t peek[2] = {0, 0};
-  ssize_t peeked = ::pread(file.get(), peek, sizeof peek, 0);
+  ssize_t peeked = ::pread(fd, peek, sizeof peek, 0);
   TANDEM_CHECK(peeked >= 0, path, ": read failed: ", errno_text(errno));
-  const bool gzip = peeked == 2 && peek[0] == 0x1f && peek[1] == 0x8b;
-  std::unique_ptr<ByteSource> source;
-  if (gzip) {
-    source = std::make_unique<GzipSource>(path, file.get());
-  } else {
-    source = std::make_unique<PlainSource>(path, file.get());
+  if (peeked == 2 && peek[0] == 0x1f && peek[1] == 0x8b) {
+    return std::make_unique<GzipSource>(path, fd);
   }
-  const char* data_kind = gzip ? "decompressed data" : "file";
+  return std::make_unique<PlainSource>(path, fd);
+}
 
-  // Header: 00 00 type rank, then rank big-endian int32 dimensions.
+struct IdxHeader {
+  const IdxType* type;
+  Shape::Dims dims;
+  std::string dims_text;  // "[60000, 28, 28]", for messages.
+  int64_t header_bytes;
+  int64_t count;       // Elements.
+  int64_t data_bytes;  // Overflow-checked and within kMaxIdxDataBytes.
+};
+
+// Header: 00 00 type rank, then rank big-endian int32 dimensions.
+IdxHeader read_header(ByteSource& source, const std::string& path) {
+  const bool gzip = source.is_gzip();
+  IdxHeader header;
   uint8_t prefix[kPrefixBytes];
-  read_header_bytes(*source, path, prefix, kPrefixBytes, 0, "magic number");
+  read_header_bytes(source, path, prefix, kPrefixBytes, 0, "magic number");
   TANDEM_CHECK(prefix[0] == 0 && prefix[1] == 0, path, ": bad magic ", hex(load_be32(prefix), 8),
                " at byte offset 0", gzip ? " of the decompressed data" : "",
                ": an IDX file starts with two zero bytes, a type byte and a rank byte",
                gzip ? "" : " (and this is not a gzip file either)");
-  const IdxType* type = find_type(prefix[2]);
+  header.type = find_type(prefix[2]);
   TANDEM_CHECK(
-      type != nullptr, path, ": unknown element type code ", hex(prefix[2], 2),
+      header.type != nullptr, path, ": unknown element type code ", hex(prefix[2], 2),
       " at byte offset 2; expected 0x08 (uint8), 0x09 (int8), 0x0B (int16), 0x0C (int32), ",
       "0x0D (float32) or 0x0E (float64)");
   const int rank = prefix[3];
@@ -321,78 +340,101 @@ Tensor read_idx(const std::string& path, std::source_location where) {
                " at byte offset 3 is out of range; expected 1 to ", kMaxIdxRank, " dimensions");
 
   uint8_t dim_bytes[4 * kMaxIdxRank];
-  read_header_bytes(*source, path, dim_bytes, 4 * static_cast<size_t>(rank), kPrefixBytes,
+  read_header_bytes(source, path, dim_bytes, 4 * static_cast<size_t>(rank), kPrefixBytes,
                     "dimensions");
-  Shape::Dims dims;
-  std::string dims_text = "[";
+  header.dims_text = "[";
   for (int i = 0; i < rank; ++i) {
     uint32_t dim = load_be32(dim_bytes + 4 * i);
-    absl::StrAppend(&dims_text, i ? ", " : "", dim);
+    absl::StrAppend(&header.dims_text, i ? ", " : "", dim);
     TANDEM_CHECK(dim <= 0x7FFFFFFFu, path, ": dimension ", i, " at byte offset ",
                  kPrefixBytes + 4 * i, " is ", dim, " (", hex(dim, 8),
                  "), more than the largest IDX dimension 2147483647");
-    dims.push_back(dim);
+    header.dims.push_back(dim);
   }
-  dims_text += "]";
-  const int64_t header_bytes = kPrefixBytes + 4 * rank;
+  header.dims_text += "]";
+  header.header_bytes = kPrefixBytes + 4 * rank;
 
   // Element count and byte size, overflow-checked. Shape also requires the
   // product of the nonzero dimensions to fit, so check that too.
-  int64_t count = 1;
-  int64_t data_bytes = 0;
   try {
-    int64_t nonzero = 1;
-    for (int64_t dim : dims) {
+    int64_t count = 1, nonzero = 1;
+    for (int64_t dim : header.dims) {
       count = checked_mul(count, dim, "IDX element count");
       nonzero = checked_mul(nonzero, std::max<int64_t>(dim, 1), "IDX element count");
     }
-    data_bytes = checked_mul(count, type->size, "IDX data size");
+    header.count = count;
+    header.data_bytes = checked_mul(count, header.type->size, "IDX data size");
   } catch (const Error&) {
-    TANDEM_CHECK(false, path, ": the header's dimensions ", dims_text, " (", type->name,
-                 ") at byte offset ", kPrefixBytes, " overflow: their element count or byte size ",
-                 "does not fit in int64");
+    TANDEM_CHECK(false, path, ": the header's dimensions ", header.dims_text, " (",
+                 header.type->name, ") at byte offset ", kPrefixBytes,
+                 " overflow: their element count or byte size does not fit in int64");
   }
-  TANDEM_CHECK(data_bytes <= kMaxIdxDataBytes, path, ": the header's dimensions ", dims_text, " (",
-               type->name, ") promise ", data_bytes, " data bytes, more than the limit of ",
-               kMaxIdxDataBytes, " bytes (kMaxIdxDataBytes)");
-  if (!gzip) {
-    // Check the promise against the file before allocating anything.
-    const int64_t available = file_bytes - header_bytes;
-    TANDEM_CHECK(available >= data_bytes, path, ": truncated data: the header promises ", dims_text,
-                 " ", type->name, " = ", data_bytes, " data bytes from byte offset ", header_bytes,
-                 ", but the file ends at byte offset ", file_bytes, " (", available,
-                 " data bytes)");
-    TANDEM_CHECK(available == data_bytes, path, ": ", available - data_bytes,
-                 " trailing byte(s) after the data, at byte offset ", header_bytes + data_bytes,
-                 " (the header promises ", dims_text, " ", type->name, " = ", data_bytes,
-                 " data bytes; the file has ", file_bytes, " bytes)");
-  }
+  TANDEM_CHECK(header.data_bytes <= kMaxIdxDataBytes, path, ": the header's dimensions ",
+               header.dims_text, " (", header.type->name, ") promise ", header.data_bytes,
+               " data bytes, more than the limit of ", kMaxIdxDataBytes,
+               " bytes (kMaxIdxDataBytes)");
+  return header;
+}
 
-  // The data. The buffer grows only as bytes arrive, so memory stays within
-  // about twice what the file really holds (see Note [Untrusted IDX bytes]).
+// A plain file's size must match the header's promise, checked before
+// anything is allocated.
+void check_plain_file_size(const IdxHeader& header, int64_t file_bytes, const std::string& path) {
+  const int64_t available = file_bytes - header.header_bytes;
+  const int64_t promised = header.data_bytes;
+  TANDEM_CHECK(available >= promised, path, ": truncated data: the header promises ",
+               header.dims_text, " ", header.type->name, " = ", promised,
+               " data bytes from byte offset ", header.header_bytes,
+               ", but the file ends at byte offset ", file_bytes, " (", available, " data bytes)");
+  TANDEM_CHECK(available == promised, path, ": ", available - promised,
+               " trailing byte(s) after the data, at byte offset ", header.header_bytes + promised,
+               " (the header promises ", header.dims_text, " ", header.type->name, " = ", promised,
+               " data bytes; the file has ", file_bytes, " bytes)");
+}
+
+// The data bytes, and then the check that nothing follows them. The buffer
+// grows only as bytes arrive, so memory stays within about twice what the
+// file really holds (see Note [Untrusted IDX bytes]).
+std::vector<uint8_t> read_data(ByteSource& source, const IdxHeader& header,
+                               const std::string& path) {
+  const bool gzip = source.is_gzip();
+  const char* data_kind = gzip ? "decompressed data" : "file";
   std::vector<uint8_t> raw;
   int64_t have = 0;
-  while (have < data_bytes) {
-    int64_t want =
-        gzip ? std::min(data_bytes, std::max<int64_t>(2 * have, kChunkBytes)) : data_bytes;
+  while (have < header.data_bytes) {
+    int64_t want = gzip ? std::min(header.data_bytes, std::max<int64_t>(2 * have, kChunkBytes))
+                        : header.data_bytes;
     raw.resize(static_cast<size_t>(want));
-    size_t got = source->read(raw.data() + have, static_cast<size_t>(want - have));
+    size_t got = source.read(raw.data() + have, static_cast<size_t>(want - have));
     have += static_cast<int64_t>(got);
-    TANDEM_CHECK(have == want, path, ": truncated data: the header promises ", dims_text, " ",
-                 type->name, " = ", data_bytes, " data bytes from byte offset ", header_bytes,
-                 ", but the ", data_kind, " ends at byte offset ", header_bytes + have, " (", have,
-                 " data bytes)");
+    TANDEM_CHECK(have == want, path, ": truncated data: the header promises ", header.dims_text,
+                 " ", header.type->name, " = ", header.data_bytes, " data bytes from byte offset ",
+                 header.header_bytes, ", but the ", data_kind, " ends at byte offset ",
+                 header.header_bytes + have, " (", have, " data bytes)");
   }
-  // Nothing may follow the data. For gzip this read also drives inflate to
-  // the end of the stream, which checks the CRC and length trailer.
+  // For gzip this read also drives inflate to the end of the stream, which
+  // checks the CRC and length trailer.
   uint8_t extra = 0;
-  TANDEM_CHECK(source->read(&extra, 1) == 0, path,
-               ": trailing bytes after the data, at byte offset ", header_bytes + data_bytes,
-               gzip ? " of the decompressed data" : "", " (the header promises ", dims_text, " ",
-               type->name, " = ", data_bytes, " data bytes)");
+  TANDEM_CHECK(source.read(&extra, 1) == 0, path,
+               ": trailing bytes after the data, at byte offset ",
+               header.header_bytes + header.data_bytes, gzip ? " of the decompressed data" : "",
+               " (the header promises ", header.dims_text, " ", header.type->name, " = ",
+               header.data_bytes, " data bytes)");
+  return raw;
+}
 
-  Tensor out = Tensor::empty(Shape(absl::MakeConstSpan(dims)), type->dtype);
-  decode(*type, raw.data(), count, out);
+}  // namespace
+
+Tensor read_idx(const std::string& path, std::source_location where) {
+  CallSiteScope site("read_idx", where);
+  check_path(path);
+  int64_t file_bytes = 0;
+  const FileDescriptor file = open_regular_file(path, &file_bytes);
+  std::unique_ptr<ByteSource> source = open_source(path, file.get());
+  const IdxHeader header = read_header(*source, path);
+  if (!source->is_gzip()) check_plain_file_size(header, file_bytes, path);
+  const std::vector<uint8_t> raw = read_data(*source, header, path);
+  Tensor out = Tensor::empty(Shape(absl::MakeConstSpan(header.dims)), header.type->dtype);
+  decode(*header.type, raw.data(), header.count, out);
   return out;
 }
 
