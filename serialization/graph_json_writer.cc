@@ -117,24 +117,28 @@ std::string_view input_role_name(InputRole role) {
   return "?";
 }
 
-std::string write_graph_json(const GraphFile& file) {
-  const trace::Graph& graph = file.graph;
-  const std::vector<std::string> names = value_names(graph);
-  TANDEM_INTERNAL_ASSERT(
-      file.inputs.size() == graph.inputs.size() && file.node_sources.size() == graph.nodes.size(),
-      "a GraphFile's specs do not match its graph");
-  Json root = Json::object();
-  root["format"] = "tandem.graph";
-  root["format_version"] = str_cat(kGraphFormatMajor, ".", kGraphFormatMinor);
-  root["producer"] = file.producer;
+namespace {
 
-  // Sorted and unique, so that a loader can name every op it lacks first.
+// Sorted and unique, so that a loader can name every op it lacks first.
+Json ops_json(const trace::Graph& graph) {
   std::vector<std::string> ops;
   for (const trace::Node& node : graph.nodes) ops.push_back(node.op->name);
   std::sort(ops.begin(), ops.end());
   ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
-  root["ops"] = ops;
+  return ops;
+}
 
+// A node output: its name, dtype and shape.
+Json node_output_json(const trace::Graph& graph, trace::ValueId id, const std::string& name) {
+  Json entry = Json::object();
+  entry["name"] = name;
+  entry["dtype"] = std::string(dtype_name(graph.value(id).dtype));
+  entry["shape"] = shape_json(graph.value(id).shape);
+  return entry;
+}
+
+Json inputs_json(const GraphFile& file) {
+  const trace::Graph& graph = file.graph;
   Json inputs = Json::array();
   for (size_t i = 0; i < graph.inputs.size(); ++i) {
     const trace::GraphInput& input = graph.inputs[i];
@@ -149,35 +153,30 @@ std::string write_graph_json(const GraphFile& file) {
     if (!spec.dynamic_dims.empty()) entry["dynamic_dims"] = spec.dynamic_dims;
     inputs.push_back(std::move(entry));
   }
-  root["inputs"] = std::move(inputs);
+  return inputs;
+}
 
-  Json nodes = Json::array();
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    const trace::Node& node = graph.nodes[n];
-    Json entry = Json::object();
-    entry["name"] = str_cat(node.op->name, "_", n);  // Also its outputs' stem.
-    entry["op"] = node.op->name;
-    Json attrs = Json::object();
-    for (const auto& [name, value] : node.attrs.items()) attrs[name] = attr_json(value);
-    entry["attrs"] = std::move(attrs);
-    Json node_inputs = Json::array();
-    for (trace::ValueId id : node.inputs) node_inputs.push_back(names[id]);
-    entry["inputs"] = std::move(node_inputs);
-    Json outputs = Json::array();
-    for (trace::ValueId id : node.outputs) {
-      Json out = Json::object();
-      out["name"] = names[id];
-      out["dtype"] = std::string(dtype_name(graph.value(id).dtype));
-      out["shape"] = shape_json(graph.value(id).shape);
-      outputs.push_back(std::move(out));
-    }
-    entry["outputs"] = std::move(outputs);
-    if (!file.node_sources[n].empty()) entry["source"] = file.node_sources[n];
-    if (!node.scope.empty()) entry["scope"] = node.scope;
-    nodes.push_back(std::move(entry));
-  }
-  root["nodes"] = std::move(nodes);
+Json node_json(const GraphFile& file, size_t n, const std::vector<std::string>& names) {
+  const trace::Graph& graph = file.graph;
+  const trace::Node& node = graph.nodes[n];
+  Json entry = Json::object();
+  entry["name"] = str_cat(node.op->name, "_", n);  // Also its outputs' stem.
+  entry["op"] = node.op->name;
+  Json attrs = Json::object();
+  for (const auto& [name, value] : node.attrs.items()) attrs[name] = attr_json(value);
+  entry["attrs"] = std::move(attrs);
+  Json node_inputs = Json::array();
+  for (trace::ValueId id : node.inputs) node_inputs.push_back(names[id]);
+  entry["inputs"] = std::move(node_inputs);
+  Json outputs = Json::array();
+  for (trace::ValueId id : node.outputs) outputs.push_back(node_output_json(graph, id, names[id]));
+  entry["outputs"] = std::move(outputs);
+  if (!file.node_sources[n].empty()) entry["source"] = file.node_sources[n];
+  if (!node.scope.empty()) entry["scope"] = node.scope;
+  return entry;
+}
 
+Json outputs_json(const trace::Graph& graph, const std::vector<std::string>& names) {
   Json outputs = Json::array();
   for (const trace::GraphOutput& output : graph.outputs) {
     Json entry = Json::object();
@@ -187,8 +186,10 @@ std::string write_graph_json(const GraphFile& file) {
     entry["shape"] = shape_json(graph.value(output.value).shape);
     outputs.push_back(std::move(entry));
   }
-  root["outputs"] = std::move(outputs);
+  return outputs;
+}
 
+Json params_json(const GraphFile& file) {
   Json params = Json::object();
   params["file"] = file.params_file;
   Json tensors = Json::array();
@@ -203,8 +204,28 @@ std::string write_graph_json(const GraphFile& file) {
     tensors.push_back(std::move(entry));
   }
   params["tensors"] = std::move(tensors);
-  root["params"] = std::move(params);
+  return params;
+}
 
+}  // namespace
+
+std::string write_graph_json(const GraphFile& file) {
+  const trace::Graph& graph = file.graph;
+  const std::vector<std::string> names = value_names(graph);
+  TANDEM_INTERNAL_ASSERT(
+      file.inputs.size() == graph.inputs.size() && file.node_sources.size() == graph.nodes.size(),
+      "a GraphFile's specs do not match its graph");
+  Json root = Json::object();
+  root["format"] = "tandem.graph";
+  root["format_version"] = str_cat(kGraphFormatMajor, ".", kGraphFormatMinor);
+  root["producer"] = file.producer;
+  root["ops"] = ops_json(graph);
+  root["inputs"] = inputs_json(file);
+  Json nodes = Json::array();
+  for (size_t n = 0; n < graph.nodes.size(); ++n) nodes.push_back(node_json(file, n, names));
+  root["nodes"] = std::move(nodes);
+  root["outputs"] = outputs_json(graph, names);
+  root["params"] = params_json(file);
   return layout(root) + "\n";
 }
 
