@@ -258,7 +258,14 @@ void swap_bytes(uint8_t* data, uint64_t length, size_t width) {
   for (uint64_t i = 0; i + width <= length; i += width) std::reverse(data + i, data + i + width);
 }
 
-Tensor read_from(const ByteSource& source, std::string_view file) {
+// Where the header dict lies: after the magic, the version and the length.
+struct HeaderSpan {
+  uint64_t at;
+  uint64_t length;
+};
+
+// Checks the magic and the version, and the header length against the file.
+HeaderSpan read_preamble(const ByteSource& source, std::string_view file) {
   const uint64_t size = source.size();
   if (size == 0) fail(file, 0, "the file is empty, expected a .npy header");
   uint8_t prefix[12] = {};
@@ -295,13 +302,19 @@ Tensor read_from(const ByteSource& source, std::string_view file) {
     fail(file, length_at, "truncated: the header needs bytes up to ", header_at + header_length,
          ", file has ", size);
   }
-  std::string text(header_length, '\0');
-  source.read_at(header_at, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size()));
-  Header header = HeaderParser(file, text, header_at).parse();
+  return {header_at, header_length};
+}
 
-  if (auto problem = shape_problem(header.dims, header.dtype)) fail(file, header_at, *problem);
+Tensor read_from(const ByteSource& source, std::string_view file) {
+  const uint64_t size = source.size();
+  const HeaderSpan span = read_preamble(source, file);
+  std::string text(span.length, '\0');
+  source.read_at(span.at, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size()));
+  Header header = HeaderParser(file, text, span.at).parse();
+
+  if (auto problem = shape_problem(header.dims, header.dtype)) fail(file, span.at, *problem);
   Shape shape(header.dims);
-  const uint64_t data_at = header_at + header_length;
+  const uint64_t data_at = span.at + span.length;
   const uint64_t length = shape.numel() * dtype_size(header.dtype);
   if (length > size - data_at) {
     fail(file, data_at, "truncated: shape ", shape.to_string(), " ", dtype_name(header.dtype),

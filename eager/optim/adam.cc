@@ -66,73 +66,80 @@ int64_t Adam::step_count(size_t i) const {
   return static_cast<int64_t>(steps_.of(i).item<double>());
 }
 
+// The tensors one step shares between parameters: the bias corrections per
+// step-count group and dtype, AdamW's decay and the update's constants per
+// dtype, made by ops on the first parameter that needs each.
+struct Adam::StepScalars {
+  struct Corrections {
+    Tensor bias_correction2_sqrt, step_size;  // sqrt(1 - beta2^t), lr / (1 - beta1^t)
+  };
+  struct Constants {
+    Tensor beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+  };
+  std::map<std::pair<size_t, DType>, Corrections> corrections;
+  std::map<DType, Tensor> decay;  // AdamW: 1 - lr * weight_decay.
+  std::map<DType, Constants> constants;
+};
+
 void Adam::step() {
   NoGradGuard no_grad;
-  const auto [beta1, beta2] = options_.betas;
-  const double wd = options_.weight_decay;
   std::vector<bool> updated(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) updated[i] = params_[i].grad().defined();
   if (std::find(updated.begin(), updated.end(), true) == updated.end()) return;
   steps_.advance(updated);
-
-  // The update's scalars, as ops on the lr and step-count tensors: once per
-  // step-count group and dtype, in float64 as the host computed them before.
-  struct Scalars {
-    Tensor bias_correction2_sqrt, step_size;  // sqrt(1 - beta2^t), lr / (1 - beta1^t)
-  };
-  std::map<std::pair<size_t, DType>, Scalars> scalars;
-  std::map<DType, Tensor> decay;  // AdamW: 1 - lr * weight_decay.
-  struct Constants {
-    Tensor beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
-  };
-  std::map<DType, Constants> constants;
-  const Tensor& lr = lr_tensor(DType::kFloat64);
+  StepScalars scalars;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (!updated[i]) continue;
-    const Tensor& p = params_[i];
-    const DType dtype = p.dtype();
-    auto [it, is_new] = scalars.try_emplace({steps_.group(i), dtype});
-    if (is_new) {
-      const Tensor& t = steps_.of(i);
-      Tensor bias_correction1 = rsub(1, pow(full({}, beta1, DType::kFloat64), t));
-      Tensor bias_correction2 = rsub(1, pow(full({}, beta2, DType::kFloat64), t));
-      it->second = {to_dtype(sqrt(bias_correction2), dtype),
-                    to_dtype(div(lr, bias_correction1), dtype)};
-    }
-    const Scalars& k = it->second;
-    State& s = state_[i];
-    follow_param_device(s.exp_avg, i);
-    follow_param_device(s.exp_avg_sq, i);
-    follow_param_device(s.max_exp_avg_sq, i);
-    Tensor g = p.grad();
-    Tensor param = p;
-    if (wd != 0) {
-      if (decoupled_) {
-        auto [d, is_new_decay] = decay.try_emplace(dtype);
-        if (is_new_decay) d->second = to_dtype(rsub(1, mul(lr, wd)), dtype);
-        param = mul(param, d->second);
-      } else {
-        g = add(g, mul(param, wd));
-      }
-    }
-    // See Note [Adam in three passes].
-    auto [c, is_new_constants] = constants.try_emplace(dtype);
-    if (is_new_constants) {
-      c->second = {full({}, beta1, dtype), full({}, 1 - beta1, dtype), full({}, beta2, dtype),
-                   full({}, 1 - beta2, dtype), full({}, options_.eps, dtype)};
-    }
-    const Constants& h = c->second;
-    s.exp_avg.assign_(fused_update(kFirstMoment, {s.exp_avg, h.beta1, g, h.one_minus_beta1}));
-    s.exp_avg_sq.assign_(
-        fused_update(kSecondMoment, {s.exp_avg_sq, h.beta2, g, h.one_minus_beta2}));
-    Tensor v = s.exp_avg_sq;
-    if (options_.amsgrad) {
-      s.max_exp_avg_sq.assign_(maximum(s.max_exp_avg_sq, s.exp_avg_sq));
-      v = s.max_exp_avg_sq;
-    }
-    p.assign_(fused_update(kParamUpdate,
-                           {param, s.exp_avg, v, k.bias_correction2_sqrt, h.eps, k.step_size}));
+    if (updated[i]) update(i, scalars);
   }
+}
+
+void Adam::update(size_t i, StepScalars& scalars) {
+  const auto [beta1, beta2] = options_.betas;
+  const double wd = options_.weight_decay;
+  const Tensor& lr = lr_tensor(DType::kFloat64);
+  const Tensor& p = params_[i];
+  const DType dtype = p.dtype();
+  // In float64 as the host computed them before, then in the parameter's dtype.
+  auto [it, is_new] = scalars.corrections.try_emplace({steps_.group(i), dtype});
+  if (is_new) {
+    const Tensor& t = steps_.of(i);
+    Tensor bias_correction1 = rsub(1, pow(full({}, beta1, DType::kFloat64), t));
+    Tensor bias_correction2 = rsub(1, pow(full({}, beta2, DType::kFloat64), t));
+    it->second = {to_dtype(sqrt(bias_correction2), dtype),
+                  to_dtype(div(lr, bias_correction1), dtype)};
+  }
+  const StepScalars::Corrections& k = it->second;
+  State& s = state_[i];
+  follow_param_device(s.exp_avg, i);
+  follow_param_device(s.exp_avg_sq, i);
+  follow_param_device(s.max_exp_avg_sq, i);
+  Tensor g = p.grad();
+  Tensor param = p;
+  if (wd != 0) {
+    if (decoupled_) {
+      auto [d, is_new_decay] = scalars.decay.try_emplace(dtype);
+      if (is_new_decay) d->second = to_dtype(rsub(1, mul(lr, wd)), dtype);
+      param = mul(param, d->second);
+    } else {
+      g = add(g, mul(param, wd));
+    }
+  }
+  // See Note [Adam in three passes].
+  auto [c, is_new_constants] = scalars.constants.try_emplace(dtype);
+  if (is_new_constants) {
+    c->second = {full({}, beta1, dtype), full({}, 1 - beta1, dtype), full({}, beta2, dtype),
+                 full({}, 1 - beta2, dtype), full({}, options_.eps, dtype)};
+  }
+  const StepScalars::Constants& h = c->second;
+  s.exp_avg.assign_(fused_update(kFirstMoment, {s.exp_avg, h.beta1, g, h.one_minus_beta1}));
+  s.exp_avg_sq.assign_(fused_update(kSecondMoment, {s.exp_avg_sq, h.beta2, g, h.one_minus_beta2}));
+  Tensor v = s.exp_avg_sq;
+  if (options_.amsgrad) {
+    s.max_exp_avg_sq.assign_(maximum(s.max_exp_avg_sq, s.exp_avg_sq));
+    v = s.max_exp_avg_sq;
+  }
+  p.assign_(fused_update(kParamUpdate,
+                         {param, s.exp_avg, v, k.bias_correction2_sqrt, h.eps, k.step_size}));
 }
 
 }  // namespace tandem::optim

@@ -70,6 +70,9 @@ class Adam : public Optimizer {
   struct State {
     Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
   };
+  struct StepScalars;
+  // One parameter's update within step().
+  void update(size_t i, StepScalars& scalars);
   AdamOptions options_;
   bool decoupled_;  // AdamW.
   std::vector<State> state_;

@@ -743,6 +743,8 @@ std::vector<AttrSpec> plus(std::vector<AttrSpec> attrs, const char* shape_name) 
 
 const OpDef& conv2d_op() { return op_def<"conv2d">(); }
 
+// A table, one registry.add per op, each entry its op's whole definition:
+// long, but with nothing to split.
 void register_conv_pool_ops(Registry& registry) {
   std::vector<AttrSpec> conv2d_attrs = conv_attrs();
   for (AttrSpec& spec : onednn::activation_attrs()) conv2d_attrs.push_back(std::move(spec));

@@ -696,6 +696,8 @@ const OpDef& expand_op() { return op_def<"expand">(); }
 const OpDef& slice_op() { return op_def<"slice">(); }
 const OpDef& split_op() { return op_def<"split">(); }
 
+// A table, one registry.add per op, each entry its op's whole definition:
+// long, but with nothing to split.
 void register_shape_ops(Registry& registry) {
   constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
   registry.add({.name = "reshape",

@@ -1,5 +1,6 @@
 #include "trace/passes/constant_folding.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,20 +20,13 @@ bool small_enough(const Graph& graph, const Node& node) {
   return true;
 }
 
-}  // namespace
-
-int ConstantFolding::run(Graph& graph) {
-  // The value of every value known at optimization time: constant inputs,
-  // then the outputs of folded nodes.
-  std::vector<Tensor> known(graph.values.size());
-  for (const GraphInput& input : graph.inputs) {
-    if (input.kind == InputKind::kConstant) known[input.value] = input.constant;
-  }
+// Runs every node whose inputs are all known (and whose outputs are small,
+// not random and not graph outputs), adding its results to `known`.
+// Returns which nodes ran.
+std::vector<bool> evaluate_known_nodes(const Graph& graph, std::vector<Tensor>& known) {
   std::vector<bool> is_output(graph.values.size(), false);
   for (const GraphOutput& output : graph.outputs) is_output[output.value] = true;
-
   std::vector<bool> folded(graph.nodes.size(), false);
-  int count = 0;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
     if (kernels::is_random(*node.op) || !small_enough(graph, node)) continue;
@@ -53,16 +47,18 @@ int ConstantFolding::run(Graph& graph) {
       known[node.outputs[k]] = std::move(results[k]);
     }
     folded[n] = true;
-    ++count;
   }
-  if (count == 0) return 0;
+  return folded;
+}
 
-  // A folded value becomes a constant input only if a kept node reads it.
+// Drops the folded nodes. A folded value becomes a constant input only if a
+// kept node reads it.
+void replace_folded_nodes(Graph& graph, const std::vector<bool>& folded,
+                          const std::vector<Tensor>& known) {
   absl::flat_hash_set<std::string> names;
   for (const GraphInput& input : graph.inputs) names.insert(input.name);
   std::vector<ValueId> replacement(graph.values.size(), -1);
   std::vector<Node> kept;
-  kept.reserve(graph.nodes.size() - static_cast<size_t>(count));
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     if (folded[n]) continue;
     Node& node = graph.nodes[n];
@@ -85,6 +81,20 @@ int ConstantFolding::run(Graph& graph) {
   }
   graph.nodes = std::move(kept);
   graph.compact();
+}
+
+}  // namespace
+
+int ConstantFolding::run(Graph& graph) {
+  // The value of every value known at optimization time: constant inputs,
+  // then the outputs of folded nodes.
+  std::vector<Tensor> known(graph.values.size());
+  for (const GraphInput& input : graph.inputs) {
+    if (input.kind == InputKind::kConstant) known[input.value] = input.constant;
+  }
+  const std::vector<bool> folded = evaluate_known_nodes(graph, known);
+  const int count = static_cast<int>(std::count(folded.begin(), folded.end(), true));
+  if (count > 0) replace_folded_nodes(graph, folded, known);
   return count;
 }
 
