@@ -28,13 +28,9 @@ std::string_view short_file_name(std::string_view path) {
 Error::Error(std::string message, std::string op, std::source_location where, std::string scope)
     : message_(std::move(message)), op_(std::move(op)), where_(where), scope_(std::move(scope)) {
   what_ = op_.empty() ? message_ : str_cat(op_, ": ", message_);
-  if (has_location() && !scope_.empty()) {
-    what_ += str_cat(" (at ", format_location(where_), ", in ", scope_, ")");
-  } else if (has_location()) {
-    what_ += str_cat(" (at ", format_location(where_), ")");
-  } else if (!scope_.empty()) {
-    what_ += str_cat(" (in ", scope_, ")");
-  }
+  std::string context = has_location() ? str_cat("at ", format_location(where_)) : "";
+  if (!scope_.empty()) context += str_cat(context.empty() ? "" : ", ", "in ", scope_);
+  if (!context.empty()) what_ += str_cat(" (", context, ")");
 }
 
 std::string format_location(const std::source_location& where) {
