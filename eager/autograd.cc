@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 
 #include "core/eager_hooks.h"
 #include "core/error.h"
@@ -166,8 +167,12 @@ std::vector<Tensor> node_input_grads(const AutogradNode& node, std::vector<Tenso
     }
     input_grads = node.backward(grad_outputs);
   } else {
-    input_grads = node.op->gradient(
-        kernels::GradContext{node.inputs, node.outputs, grad_outputs, node.attrs});
+    absl::InlinedVector<bool, 4> needs_input_grad;
+    for (const AutogradNode::Edge& edge : node.edges) {
+      needs_input_grad.push_back(edge.node != nullptr || edge.leaf != nullptr);
+    }
+    input_grads = node.op->gradient(kernels::GradContext{node.inputs, node.outputs, grad_outputs,
+                                                         node.attrs, needs_input_grad});
   }
   TANDEM_INTERNAL_ASSERT(input_grads.size() == node.inputs.size(), "gradient of '",
                          node.display_name(), "' returned ", input_grads.size(), " tensors for ",

@@ -79,6 +79,15 @@ struct GradContext {
   absl::Span<const Tensor> outputs;
   absl::Span<const Tensor> grad_outputs;
   const Attrs& attrs;
+  // Which inputs need a gradient (torch's ctx.needs_input_grad); empty means
+  // all. A formula may skip the others and return an undefined Tensor for
+  // them: backward of a network's first layer then computes no gradient for
+  // its input data (a GEMM or a backward convolution as large as the weight's).
+  absl::Span<const bool> needs_input_grad = {};
+
+  bool needs_grad(size_t input) const {
+    return needs_input_grad.empty() || needs_input_grad[input];
+  }
 };
 
 // Shape and dtype inference. Checks its inputs with TANDEM_CHECK; the message

@@ -294,10 +294,15 @@ std::vector<Tensor> matmul_gradient(const GradContext& c) {
   g_dims.push_back(geo.m);
   g_dims.push_back(geo.n);
   Tensor g = reshape(c.grad_outputs[0], Shape(g_dims));
-  Tensor grad_a = ta ? matmul(b2, g, tb, true) : matmul(g, b2, false, !tb);
-  Tensor grad_b = tb ? matmul(g, a2, true, ta) : matmul(a2, g, !ta, false);
-  grad_a = reshape(sum_to(grad_a, a2.shape()), a.shape());
-  grad_b = reshape(sum_to(grad_b, b2.shape()), b.shape());
+  Tensor grad_a, grad_b;
+  if (c.needs_grad(0)) {
+    grad_a = ta ? matmul(b2, g, tb, true) : matmul(g, b2, false, !tb);
+    grad_a = reshape(sum_to(grad_a, a2.shape()), a.shape());
+  }
+  if (c.needs_grad(1)) {
+    grad_b = tb ? matmul(g, a2, true, ta) : matmul(a2, g, !ta, false);
+    grad_b = reshape(sum_to(grad_b, b2.shape()), b.shape());
+  }
   return {grad_a, grad_b};
 }
 
@@ -387,14 +392,14 @@ void check_no_activation(const char* op_name, const Attrs& attrs) {
 }
 
 // grad_x = g W; grad_W = g2d^T x2d (rows flattened); grad_b = g summed over
-// the leading axes.
+// the leading axes. A first layer's x is data: no gradient, no product.
 std::vector<Tensor> linear_gradient(const GradContext& c) {
   check_no_activation("linear", c.attrs);
   const Tensor& x = c.inputs[0];
   const Tensor& w = c.inputs[1];
   const Tensor& g = c.grad_outputs[0];
   const int64_t in = w.shape()[1], out = w.shape()[0];
-  Tensor grad_x = matmul(g, w, false, false);
+  Tensor grad_x = c.needs_grad(0) ? matmul(g, w, false, false) : Tensor();
   Tensor grad_w, grad_b;
   if (x.rank() == 1) {
     grad_w =

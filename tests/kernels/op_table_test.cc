@@ -4,6 +4,7 @@
 // have rows. Rows are built at start-up (they need tensors), so this file has
 // its own main() that registers the tests before GoogleTest lists them.
 #include <cmath>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -94,6 +95,30 @@ double loss_at(const OpTestCase& row, int i, const std::vector<double>& x,
   return loss;
 }
 
+// A formula told that input `skipped` needs no gradient (GradContext::
+// needs_input_grad) may leave it undefined; the others' gradients must not
+// change.
+void check_gradient_without_each_input(const OpTestCase& row, const OpDef& op,
+                                       const std::vector<Tensor>& outputs,
+                                       const std::vector<Tensor>& cotangents, const Attrs& attrs,
+                                       const std::vector<Tensor>& full) {
+  if (row.inputs.size() < 2) return;
+  for (size_t skipped = 0; skipped < row.inputs.size(); ++skipped) {
+    SCOPED_TRACE("input " + std::to_string(skipped) + " needs no gradient");
+    std::unique_ptr<bool[]> needs(new bool[row.inputs.size()]);
+    for (size_t i = 0; i < row.inputs.size(); ++i) needs[i] = i != skipped;
+    std::vector<Tensor> grads = op.gradient({row.inputs, outputs, cotangents, attrs,
+                                             absl::MakeConstSpan(needs.get(), row.inputs.size())});
+    ASSERT_EQ(grads.size(), row.inputs.size());
+    for (size_t i = 0; i < row.inputs.size(); ++i) {
+      if (i == skipped) continue;
+      ASSERT_EQ(grads[i].defined(), full[i].defined()) << "input " << i;
+      if (!full[i].defined()) continue;
+      EXPECT_EQ(values_of(grads[i]), values_of(full[i])) << "input " << i;
+    }
+  }
+}
+
 void check_gradient(const OpTestCase& row) {
   const OpDef& op = Registry::global().get(row.op);
   ASSERT_TRUE(op.differentiable);
@@ -106,6 +131,7 @@ void check_gradient(const OpTestCase& row) {
   Attrs attrs = resolve_attrs(op, row.attrs);
   std::vector<Tensor> grads = op.gradient({row.inputs, outputs, cotangents, attrs});
   ASSERT_EQ(grads.size(), row.inputs.size()) << "one gradient per input";
+  check_gradient_without_each_input(row, op, outputs, cotangents, attrs, grads);
 
   std::vector<int> checked = gradient_checked_inputs(row);
   ASSERT_FALSE(checked.empty())
