@@ -18,16 +18,18 @@
 // window in row-major order), which keeps it deterministic and needs no
 // saved indices.
 //
-// float32 conv2d, max_pool2d and avg_pool2d forward and the conv backward
-// ops run on oneDNN (the convolutions in the blocked layouts oneDNN picks,
-// reordered from and to the tensors' NCHW/OIHW; Note [Blocked layouts] in
-// kernels/cpu/onednn.h); the rest (and all float64) are plain loops.
+// float32 conv2d and the conv backward ops run on oneDNN (in the blocked
+// layouts oneDNN picks, reordered from and to the tensors' NCHW/OIHW; Note
+// [Blocked layouts] in kernels/cpu/onednn.h), and so do max_pool2d and
+// avg_pool2d forward where oneDNN has a JIT kernel for them (Note [oneDNN's
+// reference pooling]); the rest (and all float64) are plain loops.
 //
 // conv2d also takes "activation" and "alpha", which only activation fusion
 // sets (Note [Fused activation] in kernels/cpu/onednn.h).
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string_view>
 
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/onednn.h"
@@ -365,8 +367,11 @@ std::vector<Tensor> conv2d_gradient(const GradContext& c) {
   const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grad_outputs[0];
   // The backward ops take the convolution's geometry, not the activation.
   const Attrs attrs = onednn::without_activation(c.attrs);
-  Tensor grad_x =
-      nested_call1("conv2d_backward_data", {g, w}, with_shape(attrs, "input_shape", x.shape()));
+  // A first layer's x is data: its backward-data convolution is skipped.
+  Tensor grad_x = c.needs_grad(0) ? nested_call1("conv2d_backward_data", {g, w},
+                                                 with_shape(attrs, "input_shape", x.shape()))
+                                  : Tensor();
+  // One op gives both (oneDNN's backward-weights primitive computes them together).
   std::vector<Tensor> grad_wb =
       nested_call("conv2d_backward_weight", {x, g}, with_shape(attrs, "weight_shape", w.shape()));
   return {grad_x, grad_wb[0], grad_wb[1]};
@@ -420,7 +425,17 @@ bool pool2d_on_one_core(const CallShapes& shapes) {
   return pool_on_one_core(*shapes.inputs[0], *shapes.outputs[0]);
 }
 
-void pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, const Tensor& y) {
+// Note [oneDNN's reference pooling]
+// oneDNN serves every pooling, but for NCHW tensors on some CPUs only with a
+// reference implementation ("simple_nchw"): on a 2-core AVX2 machine it took
+// 3.3 ms for LeNet-5's first 2x2 pooling at batch 64 (300k inputs), a third
+// of the training step, where a plain loop over the windows takes ~0.1 ms.
+// So pooling runs on oneDNN only where oneDNN has a JIT kernel for it, and
+// otherwise on the loops below.
+
+// Pools x into y with oneDNN if it has a JIT kernel for this pooling; returns
+// whether it did.
+bool pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, const Tensor& y) {
   using namespace onednn;
   const OneThread one_thread(pool_on_one_core(x.shape(), y.shape()));
   dnnl::memory::desc src = desc(dims_of(p.in()), dnnl::memory::format_tag::nchw);
@@ -432,7 +447,9 @@ void pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, cons
   const auto pool = cached_primitive<dnnl::pooling_forward>(
       "pooling", PrimitiveKey().add(op.data),
       [&] { return dnnl::pooling_forward::primitive_desc(op, cpu_engine()); });
+  if (!std::string_view(pool->pd.impl_info_str()).starts_with("jit")) return false;
   execute(pool->primitive, {{DNNL_ARG_SRC, wrap(x, src)}, {DNNL_ARG_DST, wrap(y, dst)}}, "pooling");
+  return true;
 }
 
 // Calls f(plane) for every plane (one image's one channel), with the planes
@@ -510,46 +527,59 @@ void for_each_window_argmax(const Pool& p, const T* x, F f) {
   }
 }
 
-void max_pool2d_kernel(const KernelContext& c) {
-  const Tensor &x = c.inputs[0], &y = c.outputs[0];
-  Pool p = pool_geometry(x.shape(), c.attrs);
-  if (y.numel() == 0) return;
-  visit_floating(x.dtype(), [&]<class T>() {
-    if constexpr (std::is_same_v<T, float>) {
-      pool_onednn(p, dnnl::algorithm::pooling_max, x, y);
-    } else {
-      for_each_plane(p, [&](int64_t plane) {
-        const T* px = x.data<T>() + plane * p.h * p.w;
-        T* py = y.data<T>() + plane * p.oh * p.ow;
-        for_each_window_argmax(p, px, [&](int64_t out, int64_t argmax) { py[out] = px[argmax]; });
-      });
+// The largest value of each window of one plane; NaN wins, as in
+// window_argmax. Branch-free, like window_argmax<false>.
+template <class T>
+void max_pool_plane(const Pool& p, const T* x, T* y) {
+  for_each_window_in_plane(p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+    T best = x[iy0 * p.w + ix0];
+    for (int64_t iy = iy0; iy < iy1; ++iy) {
+      for (int64_t ix = ix0; ix < ix1; ++ix) {
+        const T v = x[iy * p.w + ix];
+        best = v > best || v != v ? v : best;
+      }
     }
+    y[out] = best;
   });
 }
 
-void avg_pool2d_kernel(const KernelContext& c) {
+// The mean of each window of one plane, padding counted as zeros.
+template <class T>
+void avg_pool_plane(const Pool& p, const T* x, T* y) {
+  const T divisor = static_cast<T>(p.kernel[0] * p.kernel[1]);
+  for_each_window_in_plane(p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+    T sum = 0;
+    for (int64_t iy = iy0; iy < iy1; ++iy) {
+      for (int64_t ix = ix0; ix < ix1; ++ix) sum += x[iy * p.w + ix];
+    }
+    y[out] = sum / divisor;
+  });
+}
+
+// Pools x into y: on oneDNN where it has a JIT kernel (float32), else with
+// pool_plane(p, x_plane, y_plane) over the planes (Note [oneDNN's reference
+// pooling]).
+template <class PoolPlane>
+void pool2d(const KernelContext& c, dnnl::algorithm algorithm, PoolPlane pool_plane) {
   const Tensor &x = c.inputs[0], &y = c.outputs[0];
   Pool p = pool_geometry(x.shape(), c.attrs);
   if (y.numel() == 0) return;
   visit_floating(x.dtype(), [&]<class T>() {
-    if constexpr (std::is_same_v<T, float>) {
-      pool_onednn(p, dnnl::algorithm::pooling_avg_include_padding, x, y);
-    } else {
-      const T divisor = static_cast<T>(p.kernel[0] * p.kernel[1]);
-      for_each_plane(p, [&](int64_t plane) {
-        const T* px = x.data<T>() + plane * p.h * p.w;
-        T* py = y.data<T>() + plane * p.oh * p.ow;
-        for_each_window_in_plane(
-            p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
-              T sum = 0;
-              for (int64_t iy = iy0; iy < iy1; ++iy) {
-                for (int64_t ix = ix0; ix < ix1; ++ix) sum += px[iy * p.w + ix];
-              }
-              py[out] = sum / divisor;
-            });
-      });
-    }
+    if (std::is_same_v<T, float> && pool_onednn(p, algorithm, x, y)) return;
+    for_each_plane(p, [&](int64_t plane) {
+      pool_plane(p, x.data<T>() + plane * p.h * p.w, y.data<T>() + plane * p.oh * p.ow);
+    });
   });
+}
+
+void max_pool2d_kernel(const KernelContext& c) {
+  pool2d(c, dnnl::algorithm::pooling_max,
+         [](const Pool& p, const auto* x, auto* y) { max_pool_plane(p, x, y); });
+}
+
+void avg_pool2d_kernel(const KernelContext& c) {
+  pool2d(c, dnnl::algorithm::pooling_avg_include_padding,
+         [](const Pool& p, const auto* x, auto* y) { avg_pool_plane(p, x, y); });
 }
 
 // max_pool2d_backward(x, grad_y) -> grad_x.

@@ -408,8 +408,6 @@ TEST(PoolTest, OutputShapes) {
             (Shape{2, 4, 3, 2}));
 }
 
-// Prints the float32 throughput of a 3x3 convolution and its two backward
-// ops (oneDNN, plain NCHW). Run with --gtest_also_run_disabled_tests.
 // Verifies that a bad activation name is an error naming the op and the
 // value, and that a fused conv2d refuses to be differentiated.
 TEST(Conv2dTest, FusedActivationChecks) {
