@@ -70,6 +70,16 @@ OneThread::~OneThread() {
   if (saved_ != 0) omp_set_num_threads(saved_);
 }
 
+int64_t channel_block() {
+  static const int64_t block = [] {
+    // avx512_core and everything above it share this bit; avx2 and avx2_vnni lack it.
+    const auto avx512_core_bit = static_cast<unsigned>(dnnl::cpu_isa::avx512_core) &
+                                 ~static_cast<unsigned>(dnnl::cpu_isa::avx2);
+    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx512_core_bit) != 0 ? 16 : 8;
+  }();
+  return block;
+}
+
 dnnl::memory::dims dims_of(const Shape& shape) {
   return dnnl::memory::dims(shape.begin(), shape.end());
 }

@@ -93,6 +93,10 @@ void execute(const dnnl::primitive& primitive, const std::unordered_map<int, dnn
 // execute_in_layouts below, which converts each argument whose chosen layout
 // differs from the tensor's on the way in (inputs) or out (outputs).
 
+// The channels per block of the blocked layouts oneDNN's JIT kernels use on
+// this CPU: 16 with AVX-512 (nChw16c), 8 below it (nChw8c).
+int64_t channel_block();
+
 // An argument of a primitive: its DNNL_ARG_* id, the tensor, and the layout
 // of the tensor's elements.
 struct TensorArg {

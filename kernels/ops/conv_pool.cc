@@ -283,11 +283,13 @@ void conv2d_backward_data_kernel(const KernelContext& c) {
   Conv g = conv_geometry(gx.shape(), w.shape(), c.attrs);
   visit_floating(gy.dtype(), [&]<class T>() {
     if (std::is_same_v<T, float> && nonempty({&gy, &w, &gx})) {
-      // The blocked kernels compute grad_x in whole blocks of 16 channels;
-      // below 8 input channels per group the padding makes them slower than
-      // gemm on the plain layouts (1 channel, batch 128, 28x28 -> 32: 2.5 ms
-      // against 0.5 ms).
-      ConvDescs d = conv_descs(g, /*blocked=*/g.c / g.groups >= 8);
+      // The blocked kernels compute grad_x in whole blocks of channels (16
+      // with AVX-512, 8 with AVX2); below half a block of input channels per
+      // group the padding makes them slower than gemm on the plain layouts
+      // (AVX-512, 1 channel, batch 128, 28x28 -> 32: 2.5 ms against 0.5 ms),
+      // above it faster (AVX2, LeNet-5's second convolution, 6 -> 16
+      // channels, batch 64: 0.34 ms against 0.79 ms).
+      ConvDescs d = conv_descs(g, /*blocked=*/g.c / g.groups >= onednn::channel_block() / 2);
       const dnnl::convolution_backward_data::desc op(dnnl::algorithm::convolution_direct, d.any_src,
                                                      d.any_weights, d.any_dst, d.strides, d.dilates,
                                                      d.padding, d.padding);
