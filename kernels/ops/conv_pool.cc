@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <string_view>
 
 #include "kernels/cpu/dtype_visit.h"
@@ -529,33 +530,53 @@ void for_each_window_argmax(const Pool& p, const T* x, F f) {
   }
 }
 
+// Pools one plane: y = finish(combine(... combine(identity, x0) ..., xn)) over
+// each window's inputs in row-major order. Without padding every window lies
+// within the plane, and each (ky, kx) of the kernel is one pass over a row
+// of outputs with a fixed stride, which the compiler vectorizes (a 2x2
+// window by itself is too short to); with padding, window by window.
+template <class T, class Combine, class Finish>
+void pool_plane(const Pool& p, const T* x, T* y, T identity, Combine combine, Finish finish) {
+  if (p.padding[0] == 0 && p.padding[1] == 0) {
+    const int64_t stride = p.stride[1];
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      T* __restrict out = y + oy * p.ow;
+      std::fill(out, out + p.ow, identity);
+      for (int64_t ky = 0; ky < p.kernel[0]; ++ky) {
+        for (int64_t kx = 0; kx < p.kernel[1]; ++kx) {
+          const T* __restrict in = x + (oy * p.stride[0] + ky) * p.w + kx;
+          for (int64_t ox = 0; ox < p.ow; ++ox) out[ox] = combine(out[ox], in[ox * stride]);
+        }
+      }
+      for (int64_t ox = 0; ox < p.ow; ++ox) out[ox] = finish(out[ox]);
+    }
+    return;
+  }
+  for_each_window_in_plane(p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+    T acc = identity;
+    for (int64_t iy = iy0; iy < iy1; ++iy) {
+      for (int64_t ix = ix0; ix < ix1; ++ix) acc = combine(acc, x[iy * p.w + ix]);
+    }
+    y[out] = finish(acc);
+  });
+}
+
 // The largest value of each window of one plane; NaN wins, as in
-// window_argmax. Branch-free, like window_argmax<false>.
+// window_argmax. Branch-free selects, like window_argmax<false>.
 template <class T>
 void max_pool_plane(const Pool& p, const T* x, T* y) {
-  for_each_window_in_plane(p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
-    T best = x[iy0 * p.w + ix0];
-    for (int64_t iy = iy0; iy < iy1; ++iy) {
-      for (int64_t ix = ix0; ix < ix1; ++ix) {
-        const T v = x[iy * p.w + ix];
-        best = v > best || v != v ? v : best;
-      }
-    }
-    y[out] = best;
-  });
+  pool_plane(
+      p, x, y, -std::numeric_limits<T>::infinity(),
+      [](T best, T v) { return v > best || v != v ? v : best; }, [](T best) { return best; });
 }
 
 // The mean of each window of one plane, padding counted as zeros.
 template <class T>
 void avg_pool_plane(const Pool& p, const T* x, T* y) {
   const T divisor = static_cast<T>(p.kernel[0] * p.kernel[1]);
-  for_each_window_in_plane(p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
-    T sum = 0;
-    for (int64_t iy = iy0; iy < iy1; ++iy) {
-      for (int64_t ix = ix0; ix < ix1; ++ix) sum += x[iy * p.w + ix];
-    }
-    y[out] = sum / divisor;
-  });
+  pool_plane(
+      p, x, y, T{0}, [](T sum, T v) { return sum + v; },
+      [divisor](T sum) { return sum / divisor; });
 }
 
 // Pools x into y: on oneDNN where it has a JIT kernel (float32), else with
