@@ -225,6 +225,12 @@ Tensor Tensor::select(int64_t index, std::source_location where) const {
 
 Tensor Tensor::snapshot() const { return view(binding(), shape(), dtype()); }
 
+Tensor Tensor::snapshot_as(Shape shape) const {
+  TANDEM_INTERNAL_ASSERT(shape.numel() == numel(), "snapshot_as ", shape.to_string(), " of a ",
+                         this->shape().to_string(), " tensor");
+  return view(binding(), std::move(shape), dtype());
+}
+
 Tensor Tensor::detach() const { return snapshot(); }
 
 // The methods eager implements (Note [Eager hooks]).

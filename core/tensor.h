@@ -200,6 +200,10 @@ class Tensor {
   // shape and dtype, no autograd state): later assign_ calls on this tensor
   // do not move it. Dispatch gives kernels snapshots for that reason.
   Tensor snapshot() const;
+  // snapshot() under another shape of the same element count, told to no
+  // observer: for dispatch, whose observers see the op call that made it
+  // (OpDef::is_view in kernels/registry.h).
+  Tensor snapshot_as(Shape shape) const;
 
   // Makes this tensor (and every handle sharing it) refer to `value`'s data,
   // keeping its autograd state: how optimizers update parameters in place.

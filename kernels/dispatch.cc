@@ -229,6 +229,19 @@ namespace {
 // no vector for them.
 using Outputs = absl::InlinedVector<Tensor, 2>;
 
+// Tells the process's observers, then this thread's, of a call.
+void notify_observers(const OpDef& op, absl::Span<const Tensor> given, const Outputs& outputs,
+                      const Attrs& resolved, const std::source_location& where) {
+  for (auto& slot : process_observers) {
+    if (DispatchObserver* observer = slot.load(std::memory_order_acquire)) {
+      observer->on_op(op, given, outputs, resolved, where);
+    }
+  }
+  for (DispatchObserver* observer : observers) {
+    observer->on_op(op, given, outputs, resolved, where);
+  }
+}
+
 // A call's new outputs, frozen until it returns them: no other thread can
 // reach them before, so the kernel and the snapshots read them without the
 // lock (Note [Snapshots inside the call]).
@@ -309,20 +322,20 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> given, const Attrs& a
       op.num_outputs == kVariadic || static_cast<int>(inferred.size()) == op.num_outputs, "op '",
       op.name, "' inferred ", inferred.size(), " outputs, declares ", op.num_outputs);
   Outputs outputs;
+  if (op.is_view) {
+    TANDEM_INTERNAL_ASSERT(
+        inferred.size() == 1 && inferred[0].dtype == inputs[0].dtype() && output_device == device,
+        "op '", op.name, "' is a view but changes more than the shape");
+    outputs.push_back(inputs[0].snapshot_as(std::move(inferred[0].shape)));
+    notify_observers(op, given, outputs, resolved, where);
+    return outputs;
+  }
   outputs.reserve(inferred.size());
   for (TensorMeta& meta : inferred) {
     outputs.push_back(Tensor::empty(std::move(meta.shape), meta.dtype, output_device));
   }
   FrozenOutputs frozen(outputs);
-
-  for (auto& slot : process_observers) {
-    if (DispatchObserver* observer = slot.load(std::memory_order_acquire)) {
-      observer->on_op(op, given, outputs, resolved, where);
-    }
-  }
-  for (DispatchObserver* observer : observers) {
-    observer->on_op(op, given, outputs, resolved, where);
-  }
+  notify_observers(op, given, outputs, resolved, where);
 
   absl::InlinedVector<engine::Var*, 4> reads, writes;
   for (const Tensor& t : inputs) reads.push_back(t.var());

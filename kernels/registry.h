@@ -136,6 +136,12 @@ struct OpDef {
   // device. The op runs on the GPU if either side is one (a copy to the host
   // runs on the GPU that holds the data).
   Device (*output_device)(const Attrs& attrs) = nullptr;
+  // Its one output is its one input's elements, in order, under another
+  // shape (reshape, flatten): an eager call returns a view of the input's
+  // data and runs no kernel, as torch's reshape of a contiguous tensor does
+  // (Tandem's tensors are always contiguous, and their data is never written
+  // after the op that made it). Graphs still run the kernel.
+  bool is_view = false;
   // For the ops of kernels/elementwise_ops.h: the op's formula traits (its
   // fused-program instruction, its fused activation); null for the rest.
   const ElementwiseInfo* elementwise = nullptr;

@@ -705,13 +705,15 @@ void register_shape_ops(Registry& registry) {
                 .infer = infer_reshape,
                 .cpu = copy_kernel,
                 .gradient = reshape_gradient,
-                .doc = "x with a new shape of the same element count (one -1 is inferred)"});
+                .doc = "x with a new shape of the same element count (one -1 is inferred)",
+                .is_view = true});
   registry.add({.name = "flatten",
                 .attrs = {optional("start_axis", int64_t{1}), optional("end_axis", int64_t{-1})},
                 .infer = infer_flatten,
                 .cpu = copy_kernel,
                 .gradient = reshape_gradient,
-                .doc = "axes start_axis..end_axis merged into one"});
+                .doc = "axes start_axis..end_axis merged into one",
+                .is_view = true});
   registry.add({.name = "transpose",
                 .attrs = {optional("perm", Ints{})},
                 .infer = infer_transpose,

@@ -32,6 +32,20 @@ TEST(AutogradTest, GradientOfAnExpression) {
   EXPECT_THAT(w.grad().to_vector<double>(), ElementsAre(5, -1, 4));
 }
 
+// Verifies that reshape and flatten are views in eager mode (OpDef::is_view):
+// they share the input's data, and gradients still flow through them.
+TEST(AutogradTest, ReshapeAndFlattenAreViewsThatCarryGradients) {
+  Tensor x = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor r = reshape(x, {3, 2});
+  Tensor f = flatten(reshape(r, {1, 6, 1}), 1);
+  EXPECT_EQ(r.raw_data(), x.raw_data());
+  EXPECT_EQ(f.raw_data(), x.raw_data());
+  EXPECT_EQ(f.shape(), (Shape{1, 6}));
+  EXPECT_TRUE(f.requires_grad());
+  sum(mul(f, f)).backward();
+  EXPECT_THAT(x.grad().to_vector<double>(), ElementsAre(2, 4, 6, 8, 10, 12));
+}
+
 // Verifies that a tensor used twice gets the sum of both paths, and that
 // broadcasting sums the gradient back to the operand's shape.
 TEST(AutogradTest, SharedInputsAndBroadcastAccumulate) {

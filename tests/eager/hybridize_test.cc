@@ -157,6 +157,27 @@ TEST(HybridizeTest, NewBatchSizeRetracesAndSaysWhy) {
   EXPECT_THAT(stats.last_trace_reason, HasSubstr("mode key changed"));
 }
 
+// Verifies that eager views (reshape and flatten share their input's data)
+// trace as nodes: replays, at the traced shape and another, give eager's
+// values, also for a reshape to the same shape and a view of a view.
+TEST(HybridizeTest, ReshapeAndFlattenViewsTraceAsNodes) {
+  auto body = [](const std::vector<Tensor>& in) {
+    Tensor same = reshape(in[0], {-1, 6});
+    Tensor r = reshape(exp(same), {-1, 3, 2});
+    return std::vector<Tensor>{add(flatten(r), same), flatten(reshape(r, {-1, 2, 3}), 0)};
+  };
+  auto f = hybridize(body);
+  for (int64_t rows : {2, 2, 5}) {
+    Tensor x = randn({rows, 6});
+    std::vector<Tensor> want = body({x}), got = f({x});
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(got[k].shape(), want[k].shape());
+      EXPECT_EQ(got[k].to_vector<float>(), want[k].to_vector<float>()) << "output " << k;
+    }
+  }
+}
+
 TEST(HybridizeTest, StrictModeRefusesToRetrace) {
   auto f = hybridize([](const std::vector<Tensor>& in) { return std::vector<Tensor>{exp(in[0])}; },
                      {.strict = true});
