@@ -16,6 +16,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "core/allocator.h"
+#include "core/engine/engine.h"
 #include "core/error.h"
 #include "eager/autograd.h"
 #include "eager/nn/nn.h"
@@ -176,6 +178,23 @@ TEST(HybridizeTest, ReshapeAndFlattenViewsTraceAsNodes) {
       EXPECT_EQ(got[k].to_vector<float>(), want[k].to_vector<float>()) << "output " << k;
     }
   }
+}
+
+// Verifies Note [A new plan starts from an empty cache]: what eager code
+// left in the CPU allocator's cache is given back once a trace is done,
+// before the graph's memory plan is allocated.
+TEST(HybridizeTest, ATraceGivesBackTheAllocatorsCache) {
+  Allocator& cpu = allocator_for(Device::cpu());
+  constexpr size_t kBig = size_t{16} << 20;
+  {
+    Tensor big = randn({static_cast<int64_t>(kBig / sizeof(float))});
+    big.wait_to_read();
+  }
+  engine::current().wait_all();  // The block's release runs on the engine.
+  ASSERT_GE(cpu.stats().cached, kBig);
+  auto f = hybridize([](const std::vector<Tensor>& in) { return std::vector<Tensor>{exp(in[0])}; });
+  f({randn({4})})[0].wait_to_read();
+  EXPECT_LT(cpu.stats().cached, kBig);
 }
 
 TEST(HybridizeTest, StrictModeRefusesToRetrace) {
