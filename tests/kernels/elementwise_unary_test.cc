@@ -337,6 +337,10 @@ TANDEM_OP_TEST_ROWS(elementwise_unary) {
                            random_tensor({2, 1, 4}, 14), random_tensor({4}, 15)));
   rows.push_back(
       where_row("scalar_operand", cond, random_tensor({2, 3}, 16), random_tensor({}, 17)));
+  rows.push_back(
+      where_row("scalar_first_operand", cond, random_tensor({}, 20), random_tensor({2, 3}, 21)));
+  rows.push_back(where_row("scalar_condition", tensor_of({0}, {}, DType::kBool),
+                           random_tensor({2, 3}, 22), random_tensor({2, 3}, 23)));
   rows.push_back(where_row("int32", cond, ints32, tensor_of({9}, {1}, DType::kInt32)));
   rows.push_back(where_row("float32", cond, as(DType::kFloat32, random_tensor({2, 3}, 18)),
                            as(DType::kFloat32, random_tensor({3}, 19))));
