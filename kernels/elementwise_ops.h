@@ -128,6 +128,9 @@ struct Square : ElementwiseDefaults {
 // NaN propagates. The gradient passes where x > 0, else it is 0 (0 at x = 0,
 // as in PyTorch's threshold_backward, whatever g is there): two passes, a
 // comparison and a where, where g * (x > 0) took three (the cast of the mask).
+// It asks y > 0, which is x > 0 (NaN included), so that nothing but relu
+// reads x: activation fusion then fuses relu into the linear or conv2d
+// before it in a hybridized training step too.
 struct Relu : ElementwiseDefaults {
   static constexpr std::string_view kName = "relu", kDoc = "max(x, 0)";
   static constexpr ElementTypes kTypes = ElementTypes::kSignedNumeric;
@@ -138,7 +141,7 @@ struct Relu : ElementwiseDefaults {
   }
   template <class D>
   static auto gradient(const D& d) {
-    return d.where(d.gt(d.x, 0.0), d.g, 0.0);
+    return d.where(d.gt(d.y, 0.0), d.g, 0.0);
   }
 };
 
