@@ -1,4 +1,4 @@
-// kernels/cpu/row_linear.h: both code paths against a float64 reference, at
+// kernels/cpu/row_linear.h: each code path against a float64 reference, at
 // sizes that exercise every remainder (a partial vector of inputs, outputs
 // beyond the last block of four, one to four rows, no inputs at all).
 #include "kernels/cpu/row_linear.h"
@@ -51,6 +51,14 @@ void check_sizes(RowLinearFn fn) {
 
 // Verifies the path this CPU takes (AVX-512 where it has it).
 TEST(RowLinearTest, MatchesTheReference) { check_sizes(row_linear); }
+
+// Verifies the AVX2 path where this CPU can run it.
+TEST(RowLinearTest, Avx2MatchesTheReference) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    GTEST_SKIP() << "this CPU has no AVX2 with FMA";
+  }
+  check_sizes(row_linear_avx2);
+}
 
 // Verifies the portable path, whatever this CPU has.
 TEST(RowLinearTest, PortableMatchesTheReference) { check_sizes(row_linear_portable); }
