@@ -537,7 +537,25 @@ void for_each_window_argmax(const Pool& p, const T* x, F f) {
 // window by itself is too short to); with padding, window by window.
 template <class T, class Combine, class Finish>
 void pool_plane(const Pool& p, const T* x, T* y, T identity, Combine combine, Finish finish) {
-  if (p.padding[0] == 0 && p.padding[1] == 0) {
+  const bool no_padding = p.padding[0] == 0 && p.padding[1] == 0;
+  if (no_padding && p.kernel == Pair{2, 2} && p.stride == Pair{2, 2}) {
+    // The common 2x2 pooling: each window's four inputs in one pass over
+    // the output row (its loads interleaved, which vectorizes), instead of a
+    // pass per input: LeNet-5's poolings took a seventh of its inference.
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      const T* __restrict top = x + 2 * oy * p.w;
+      const T* __restrict bottom = top + p.w;
+      T* __restrict out = y + oy * p.ow;
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        T acc = combine(identity, top[2 * ox]);
+        acc = combine(acc, top[2 * ox + 1]);
+        acc = combine(acc, bottom[2 * ox]);
+        out[ox] = finish(combine(acc, bottom[2 * ox + 1]));
+      }
+    }
+    return;
+  }
+  if (no_padding) {
     const int64_t stride = p.stride[1];
     for (int64_t oy = 0; oy < p.oh; ++oy) {
       T* __restrict out = y + oy * p.ow;

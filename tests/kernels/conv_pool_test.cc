@@ -291,6 +291,8 @@ TANDEM_OP_TEST_ROWS(conv_pool) {
   };
   std::vector<PoolCase> pools = {
       {"2x2", {1, 2, 4, 4}, {.kernel = {2, 2}}},
+      {"2x2_odd_sides", {1, 1, 5, 7}, {.kernel = {2, 2}}},
+      {"3x2_stride_1x2", {1, 2, 5, 6}, {.kernel = {3, 2}, .stride = {1, 2}}},
       {"3x3_stride2_pad1", {1, 2, 5, 5}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
       {"uneven", {2, 1, 5, 6}, {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 0}}},
   };
@@ -387,6 +389,36 @@ TEST(PoolTest, BadArgumentsAreNamed) {
       pool_error("max_pool2d", {1, 1, 0, 0},
                  {{"kernel", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{1, 1}}}),
       HasSubstr("x has shape [1, 1, 0, 0]; pooling needs a height and width of at least 1"));
+}
+
+// Verifies that a NaN in a window makes that window's maximum NaN, and only
+// that window's, on each of the pooling loops (2x2, other windows without
+// padding, padded windows) and in both float dtypes.
+TEST(PoolTest, MaxPoolingPropagatesNaN) {
+  struct Case {
+    std::vector<int64_t> kernel, stride, padding;
+    int64_t nan_window;  // The output element whose window holds the NaN.
+  };
+  // x is 1x1x4x4 with the NaN at (1, 1).
+  const std::vector<Case> cases = {
+      {{2, 2}, {2, 2}, {0, 0}, 0}, {{3, 3}, {1, 1}, {0, 0}, 0}, {{2, 2}, {2, 2}, {1, 1}, 4}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Case& c : cases) {
+      std::vector<double> values(16);
+      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i);
+      values[5] = NAN;
+      Tensor y = call1("max_pool2d", {tensor_of(values, {1, 1, 4, 4}, dtype)},
+                       {{"kernel", c.kernel}, {"stride", c.stride}, {"padding", c.padding}});
+      std::vector<double> got = values_of(y);
+      for (size_t k = 0; k < got.size(); ++k) {
+        // The 3x3 windows all hold (1, 1).
+        const bool holds_nan = c.kernel[0] == 3 || static_cast<int64_t>(k) == c.nan_window;
+        EXPECT_EQ(std::isnan(got[k]), holds_nan)
+            << dtype_name(dtype) << " kernel " << c.kernel[0] << " padding " << c.padding[0]
+            << ", output " << k << " = " << got[k];
+      }
+    }
+  }
 }
 
 // Verifies the output size rule (floor) and the default stride (= kernel).
