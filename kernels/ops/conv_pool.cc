@@ -632,18 +632,54 @@ TensorMetas infer_max_pool2d_backward(absl::Span<const TensorMeta> in, const Att
   return {{in[0].shape, in[0].dtype}};
 }
 
+// max_pool2d_backward of one NaN-free plane for 2x2 windows with stride 2
+// (which do not overlap): each window's gradient goes to its first maximum,
+// the one window_argmax<false> picks. Written as selects on a gradient still
+// to place, so that the pass over the output row vectorizes; branching on
+// which value is largest mispredicted on activations.
+template <class T>
+void max_pool_2x2_backward_plane(const Pool& p, const T* x, const T* gy, T* gx) {
+  for (int64_t oy = 0; oy < p.oh; ++oy) {
+    const T* __restrict top = x + 2 * oy * p.w;
+    const T* __restrict bottom = top + p.w;
+    T* __restrict gtop = gx + 2 * oy * p.w;
+    T* __restrict gbottom = gtop + p.w;
+    const T* __restrict g = gy + oy * p.ow;
+    for (int64_t ox = 0; ox < p.ow; ++ox) {
+      const T v0 = top[2 * ox], v1 = top[2 * ox + 1], v2 = bottom[2 * ox], v3 = bottom[2 * ox + 1];
+      const T upper = v0 > v1 ? v0 : v1, lower = v2 > v3 ? v2 : v3;
+      const T largest = upper > lower ? upper : lower;
+      T rest = g[ox];  // Goes to the first of the four equal to the largest.
+      gtop[2 * ox] = v0 == largest ? rest : T{0};
+      rest = v0 == largest ? T{0} : rest;
+      gtop[2 * ox + 1] = v1 == largest ? rest : T{0};
+      rest = v1 == largest ? T{0} : rest;
+      gbottom[2 * ox] = v2 == largest ? rest : T{0};
+      rest = v2 == largest ? T{0} : rest;
+      gbottom[2 * ox + 1] = rest;
+    }
+  }
+}
+
 void max_pool2d_backward_kernel(const KernelContext& c) {
   const Tensor &x = c.inputs[0], &gy = c.inputs[1], &gx = c.outputs[0];
   Pool p = pool_geometry(x.shape(), c.attrs);
   if (gx.numel() == 0) return;
+  const bool two_by_two =
+      p.kernel == Pair{2, 2} && p.stride == Pair{2, 2} && p.padding == Pair{0, 0};
   visit_floating(x.dtype(), [&]<class T>() {
     for_each_plane(p, [&](int64_t plane) {
       const T* px = x.data<T>() + plane * p.h * p.w;
       const T* pgy = gy.data<T>() + plane * p.oh * p.ow;
       T* pgx = gx.data<T>() + plane * p.h * p.w;
       // Zeroed plane by plane rather than in a pass of its own, so that the
-      // plane is still in cache when the windows add to it.
+      // plane is still in cache when the windows add to it. (Odd sides leave
+      // a row or column no 2x2 window covers.)
       std::fill(pgx, pgx + p.h * p.w, T{0});
+      if (two_by_two && !any_nan(px, p.h * p.w)) {
+        max_pool_2x2_backward_plane(p, px, pgy, pgx);
+        return;
+      }
       for_each_window_argmax(p, px, [&](int64_t out, int64_t argmax) { pgx[argmax] += pgy[out]; });
     });
   });

@@ -421,6 +421,22 @@ TEST(PoolTest, MaxPoolingPropagatesNaN) {
   }
 }
 
+// Verifies that max pooling's gradient goes to each window's first maximum
+// (row-major), a NaN counting as the maximum, on a plane without NaN (the
+// 2x2 pass) and one with (the window-by-window loop).
+TEST(PoolTest, MaxPoolingGradientGoesToTheFirstMaximum) {
+  const std::vector<double> x = {1, 5,   5, 2, 5, 0,   7, 7,   // Plane 0: no NaN, ties.
+                                 1, NAN, 3, 3, 2, NAN, 3, 1};  // Plane 1: NaN.
+  const std::vector<double> want = {0, 10, 0, 0, 0, 0, 20, 0, 0, 30, 40, 0, 0, 0, 0, 0};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    Tensor gx =
+        call1("max_pool2d_backward",
+              {tensor_of(x, {1, 2, 2, 4}, dtype), tensor_of({10, 20, 30, 40}, {1, 2, 1, 2}, dtype)},
+              {{"kernel", std::vector<int64_t>{2, 2}}});
+    EXPECT_EQ(values_of(gx), want) << dtype_name(dtype);
+  }
+}
+
 // Verifies the output size rule (floor) and the default stride (= kernel).
 TEST(PoolTest, OutputShapes) {
   Tensor x = random_tensor({2, 3, 7, 6}, 1, -1, 1, DType::kFloat32);
