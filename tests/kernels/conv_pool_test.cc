@@ -268,11 +268,20 @@ TANDEM_OP_TEST_ROWS(conv_pool) {
     add_both(rows, conv_backward_data_row(c.name, c.x, c.w, c.p));
     add_both(rows, conv_backward_weight_row(c.name, c.x, c.w, c.p));
   }
-  // A shape where oneDNN picks an optimized kernel.
+  // Shapes where oneDNN picks an optimized kernel: the backward ops too take
+  // the blocked layouts from 6 channels on AVX2 and 8 on AVX-512 (Note
+  // [Blocked layouts] in kernels/cpu/onednn.h).
   rows.push_back(conv_row("large_f32", {2, 8, 12, 12}, {16, 8, 3, 3}, {.padding = {1, 1}}));
-  for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
-  rows.back().tolerance = 1e-5;
-  rows.back().check_gradient = false;
+  // (The backward references take one forward pass per element: small images.)
+  rows.push_back(conv_backward_data_row("eight_channels_f32", {1, 8, 6, 6}, {16, 8, 3, 3}, {}));
+  rows.push_back(conv_backward_weight_row("eight_channels_f32", {1, 8, 6, 6}, {16, 8, 3, 3}, {}));
+  rows.push_back(conv_backward_data_row("six_channels_f32", {1, 6, 7, 7}, {8, 6, 5, 5}, {}));
+  rows.push_back(conv_backward_weight_row("six_channels_f32", {1, 6, 7, 7}, {8, 6, 5, 5}, {}));
+  for (size_t k = rows.size() - 5; k < rows.size(); ++k) {
+    for (Tensor& t : rows[k].inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+    rows[k].tolerance = 1e-5;
+    rows[k].check_gradient = false;
+  }
   // Fused activations: float64 runs the plain loops, float32 oneDNN's post-op.
   for (const ActivationCase& a : fused_activations()) {
     add_both(rows, activated(conv_row("stride_padding", {2, 2, 5, 4}, {2, 2, 3, 3},
