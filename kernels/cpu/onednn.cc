@@ -291,22 +291,16 @@ void warm_up() {
   static std::once_flag at_fork;
   std::call_once(at_fork,
                  [] { pthread_atfork(release_openmp_team_before_fork, nullptr, nullptr); });
-  // A relu of one element: any primitive makes oneDNN's statics, and this one
-  // is JIT-compiled in microseconds. A 1x1 matmul, the primitive used before,
-  // runs on oneDNN's gemm on AVX2 CPUs, whose kernels took 1.3-2.2 ms of a
-  // model's load to compile (Note [oneDNN's gemm, warmed when first needed]).
-  dnnl::memory::desc md = desc({1}, dnnl::memory::format_tag::a);
-  float in = 1, out = 0;
-  auto pd = make_pd("warm-up relu", [&] {
-    return dnnl::eltwise_forward::primitive_desc(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
-                                    dnnl::algorithm::eltwise_relu, md, 0.0f),
-        cpu_engine());
+  dnnl::memory::desc md = desc({1, 1}, dnnl::memory::format_tag::ab);
+  float a = 1, b = 1, c = 0;
+  auto pd = make_pd("warm-up matmul", [&] {
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, md), cpu_engine());
   });
-  execute(dnnl::eltwise_forward(pd),
-          {{DNNL_ARG_SRC, dnnl::memory(md, cpu_engine(), &in)},
-           {DNNL_ARG_DST, dnnl::memory(md, cpu_engine(), &out)}},
-          "warm-up relu");
+  execute(dnnl::matmul(pd),
+          {{DNNL_ARG_SRC, dnnl::memory(md, cpu_engine(), &a)},
+           {DNNL_ARG_WEIGHTS, dnnl::memory(md, cpu_engine(), &b)},
+           {DNNL_ARG_DST, dnnl::memory(md, cpu_engine(), &c)}},
+          "warm-up matmul");
   engine::finish_before_exit();
 }
 
