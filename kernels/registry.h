@@ -139,8 +139,9 @@ struct OpDef {
   // Its one output is its one input's elements, in order, under another
   // shape (reshape, flatten): an eager call returns a view of the input's
   // data and runs no kernel, as torch's reshape of a contiguous tensor does
-  // (Tandem's tensors are always contiguous, and their data is never written
-  // after the op that made it). Graphs still run the kernel.
+  // (Tandem's tensors are always contiguous, and no op writes a tensor it
+  // did not create). Graphs, and calls a tracer records (it tells values
+  // apart by their storage), run the kernel.
   bool is_view = false;
   // For the ops of kernels/elementwise_ops.h: the op's formula traits (its
   // fused-program instruction, its fused activation); null for the rest.

@@ -10,13 +10,15 @@
 // the tracer, a dispatch observer (kernels/dispatch.h), adds one node per op.
 //
 // Note [How traced values are identified]
-// Ops never write into existing memory: each output is a new storage, so a
-// storage's contents never change once written. A value is therefore named
-// by the data it is — (storage, byte offset, shape, dtype) — not by the
-// Tensor handle that holds it, and rebinding a handle (assign_) cannot
-// confuse the tracer. A tensor whose storage the trace has seen at another
-// offset or shape is a view made by Tensor::reshape/slice/select, which are
-// not ops; the tracer records them as reshape and slice nodes, when they are
+// Ops never write into existing memory: each output of a traced op is a new
+// storage (eager reshape and flatten return views, OpDef::is_view, but not
+// while a tracer observes them), so a storage's contents never change once
+// written. A value is therefore named by the data it is — (storage, byte
+// offset, shape, dtype) — not by the Tensor handle that holds it, and
+// rebinding a handle (assign_) cannot confuse the tracer. A tensor whose
+// storage the trace has seen at another offset or shape is a view (made by
+// Tensor::reshape/slice/select, or by eager reshape and flatten before the
+// trace); the tracer records them as reshape and slice nodes, when they are
 // made (told by core/tensor_observer.h, so the nodes carry the user's line)
 // or, for views of data from outside the trace, when an op reads them. A tensor whose
 // storage it has never seen comes from outside (a parameter, a buffer,

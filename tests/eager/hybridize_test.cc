@@ -183,6 +183,20 @@ TEST(HybridizeTest, ReshapeAndFlattenViewsTraceAsNodes) {
 // Verifies Note [A new plan starts from an empty cache]: what eager code
 // left in the CPU allocator's cache is given back once a trace is done,
 // before the graph's memory plan is allocated.
+// Verifies that a tensor and a same-shape flatten of it are two inputs: the
+// flatten copies (a view would be the same value to the tracer), and the
+// replay reads each input.
+TEST(HybridizeTest, AnInputAndItsSameShapeFlattenAreTwoInputs) {
+  auto f = hybridize([](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{sub(in[0], mul(in[1], 2.0))};
+  });
+  Tensor x = randn({3, 4});
+  std::vector<float> want = sub(x, mul(x, 2.0)).to_vector<float>();
+  EXPECT_EQ(f({x, flatten(x)})[0].to_vector<float>(), want);
+  Tensor other = randn({3, 4});
+  EXPECT_EQ(f({x, other})[0].to_vector<float>(), sub(x, mul(other, 2.0)).to_vector<float>());
+}
+
 TEST(HybridizeTest, ATraceGivesBackTheAllocatorsCache) {
   Allocator& cpu = allocator_for(Device::cpu());
   constexpr size_t kBig = size_t{16} << 20;
