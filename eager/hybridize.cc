@@ -379,9 +379,6 @@ void record_grad_writes(trace::Tracer& tracer, const std::vector<Leaf>& leaves,
   }
 }
 
-// The forward graph's inputs (the seed is the backward graph's alone) and,
-// per input, where a call takes its tensor from. Bindings follow the traced
-// input order, which the passes keep (they only append constants).
 // Note [A new plan starts from an empty cache]
 // The traced call ran eagerly, and its activations went back to the CPU
 // allocator's cache in sizes the graph's memory plan seldom reuses, so the
@@ -391,8 +388,10 @@ void record_grad_writes(trace::Tracer& tracer, const std::vector<Leaf>& leaves,
 // cache goes back to the system before the executors allocate their plans:
 // 61 and 87 MiB then, against eager's 62 and 90. A trace happens once per
 // signature; eager code afterwards pays a page fault per block it takes
-// anew. Inside an outer trace no value may be waited for, and the outer
-// trace's own plan comes later anyway.
+// anew. A failure of the traced call's ops surfaces here, at the call.
+// Best effort: a block the engine frees after the wait reaches the cache
+// after it was emptied. Inside an outer trace no value may be waited for,
+// and the outer trace's own plan comes later anyway.
 void release_cache_after_trace(const std::vector<Tensor>& outputs,
                                const std::vector<trace::StateWrite>& writes, Device device) {
   if (!device.is_cpu() || trace::Tracer::active()) return;
@@ -401,6 +400,9 @@ void release_cache_after_trace(const std::vector<Tensor>& outputs,
   allocator_for(Device::cpu()).empty_cache();
 }
 
+// The forward graph's inputs (the seed is the backward graph's alone) and,
+// per input, where a call takes its tensor from. Bindings follow the traced
+// input order, which the passes keep (they only append constants).
 std::vector<trace::GraphInput> bind_inputs(const trace::Trace& traced,
                                            std::optional<trace::ValueId> seed,
                                            const std::vector<Leaf>& leaves,

@@ -607,9 +607,15 @@ void pool2d(const KernelContext& c, dnnl::algorithm algorithm, PoolPlane pool_pl
   if (y.numel() == 0) return;
   visit_floating(x.dtype(), [&]<class T>() {
     if (std::is_same_v<T, float> && pool_onednn(p, algorithm, x, y)) return;
-    for_each_plane(p, [&](int64_t plane) {
+    auto one_plane = [&](int64_t plane) {
       pool_plane(p, x.data<T>() + plane * p.h * p.w, y.data<T>() + plane * p.oh * p.ow);
-    });
+    };
+    if (pool_on_one_core(x.shape(), y.shape())) {
+      // OpDef::one_core said so: no OpenMP team for this call.
+      for (int64_t plane = 0; plane < p.n * p.c; ++plane) one_plane(plane);
+    } else {
+      for_each_plane(p, one_plane);
+    }
   });
 }
 

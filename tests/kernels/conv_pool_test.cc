@@ -268,9 +268,10 @@ TANDEM_OP_TEST_ROWS(conv_pool) {
     add_both(rows, conv_backward_data_row(c.name, c.x, c.w, c.p));
     add_both(rows, conv_backward_weight_row(c.name, c.x, c.w, c.p));
   }
-  // Shapes where oneDNN picks an optimized kernel: the backward ops too take
-  // the blocked layouts from 6 channels on AVX2 and 8 on AVX-512 (Note
-  // [Blocked layouts] in kernels/cpu/onednn.h).
+  // Shapes where oneDNN picks an optimized kernel: backward data takes the
+  // blocked layouts from half a block of channels (4 on AVX2, so both rows
+  // there; 8 on AVX-512, the eight-channel rows), backward weights always
+  // (Note [Blocked layouts] in kernels/cpu/onednn.h).
   rows.push_back(conv_row("large_f32", {2, 8, 12, 12}, {16, 8, 3, 3}, {.padding = {1, 1}}));
   // (The backward references take one forward pass per element: small images.)
   rows.push_back(conv_backward_data_row("eight_channels_f32", {1, 8, 6, 6}, {16, 8, 3, 3}, {}));
