@@ -40,6 +40,12 @@ Tensor Module::forward_as_caller(const Tensor& x) {
   return forward(x);
 }
 
+Module::CallScope::CallScope(const Module& module, const std::source_location& where)
+    : name_(module.name_in(calling_module), where),
+      outer_(std::exchange(calling_module, &module)) {}
+
+Module::CallScope::~CallScope() { calling_module = outer_; }
+
 std::string Module::name_in(const Module* caller) const {
   if (caller == nullptr) return {};
   for (const auto& [name, child] : caller->children_) {

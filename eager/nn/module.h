@@ -76,6 +76,7 @@
 
 #include "absl/container/flat_hash_set.h"
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "eager/hybridize.h"
 #include "eager/nn/state_dict.h"
@@ -240,6 +241,29 @@ class Module {
   std::string to_string() const;
 
  protected:
+  // What operator() does around forward(x), for a module's own methods with
+  // other arguments (MultiheadAttention's query, key, value and masks): while
+  // a CallScope lives, this module is the caller that names the children it
+  // calls, and ops report its path ("encoder.layers.0.self_attn") and `where`.
+  // Such a method is not hybridized on its own (operator() is); inside a
+  // hybridized parent it is traced with the parent.
+  //
+  //   Tensor Attention::forward(const Tensor& q, const Tensor& k, std::source_location where) {
+  //     CallScope call(*this, where);
+  //     return (*proj_)(q) ...;
+  //   }
+  class CallScope {
+   public:
+    CallScope(const Module& module, const std::source_location& where);
+    ~CallScope();
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    NameScope name_;
+    const Module* outer_;
+  };
+
   // The line that called the innermost module (the user's line, for a layer
   // called as `(*fc1)(x)`), or `fallback` when no module call is open: what
   // Tandem's own layers pass to the ops they call.

@@ -13,9 +13,12 @@
 // dropout.h     Dropout           pooling.h  MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
 // flatten.h     Flatten           embedding.h  Embedding
 // sequential.h  Sequential
+// attention.h   scaled_dot_product_attention, MultiheadAttention
+// transformer.h TransformerEncoderLayer, TransformerEncoder
 #pragma once
 
 #include "eager/nn/activation.h"
+#include "eager/nn/attention.h"
 #include "eager/nn/conv.h"
 #include "eager/nn/dropout.h"
 #include "eager/nn/embedding.h"
@@ -27,3 +30,4 @@
 #include "eager/nn/pooling.h"
 #include "eager/nn/sequential.h"
 #include "eager/nn/state_dict.h"
+#include "eager/nn/transformer.h"

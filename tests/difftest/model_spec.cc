@@ -290,6 +290,46 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
       break;
     case LayerKind::kEmbedding:
       TANDEM_CHECK(false, "an Embedding comes only first, on token input (build())");
+    case LayerKind::kTransformerEncoderLayer: {
+      TANDEM_CHECK(rank == 3 && last % spec.heads == 0,
+                   "a transformer encoder layer needs [N, seq, features] with heads dividing "
+                   "the features");
+      auto encoder =
+          std::make_shared<nn::TransformerEncoderLayer>(nn::TransformerEncoderLayerOptions{
+              .d_model = last,
+              .nhead = spec.heads,
+              .dim_feedforward = spec.out,
+              .dropout = spec.value,
+              .activation = spec.activation == "gelu" ? nn::TransformerActivation::kGELU
+                                                      : nn::TransformerActivation::kReLU,
+              .norm_first = spec.norm_first,
+              .bias = spec.bias,
+              .causal = spec.causal,
+              .dtype = dtype});
+      // Zero biases (the projections' initial ones) would hide a bias in
+      // the wrong place.
+      for (const auto& [name, child] : encoder->named_children()) {
+        if (auto norm = std::dynamic_pointer_cast<nn::LayerNorm>(child)) {
+          randomize_norm(norm->weight(), norm->bias());
+        }
+      }
+      if (spec.bias) {
+        auto attention = std::static_pointer_cast<nn::MultiheadAttention>(
+            encoder->named_children().front().second);
+        randomize_norm({}, attention->in_proj_bias());
+        randomize_norm({}, attention->out_proj()->bias());
+      }
+      module = encoder;
+      code = str_cat("nn::TransformerEncoderLayer({.d_model = ", last, ", .nhead = ", spec.heads,
+                     ", .dim_feedforward = ", spec.out, ", .dropout = ", spec.value,
+                     ", .activation = nn::TransformerActivation::",
+                     spec.activation == "gelu" ? "kGELU" : "kReLU",
+                     ", .norm_first = ", spec.norm_first ? "true" : "false",
+                     ", .bias = ", spec.bias ? "true" : "false",
+                     ", .causal = ", spec.causal ? "true" : "false", "})");
+      model.has_dropout = model.has_dropout || spec.value > 0;
+      break;
+    }
     case LayerKind::kSequential:
       return build_sequence(spec.children, in, indent, context);
     case LayerKind::kResidual: {
@@ -444,6 +484,25 @@ LayerSpec shape_keeping_layer(Draw& draw, const Shape& in) {
   return layer;
 }
 
+// A transformer encoder layer over [N, seq, features]: 1 to 4 heads that
+// divide the features.
+LayerSpec random_encoder_layer(Draw& draw, const Shape& in) {
+  LayerSpec layer;
+  layer.kind = LayerKind::kTransformerEncoderLayer;
+  std::vector<int64_t> heads;
+  for (int64_t h = 1; h <= std::min<int64_t>(4, in[2]); ++h) {
+    if (in[2] % h == 0) heads.push_back(h);
+  }
+  layer.heads = heads[static_cast<size_t>(draw.in(0, static_cast<int64_t>(heads.size()) - 1))];
+  layer.out = draw.in(2, 16);
+  layer.value = draw.one_of({0.0, 0.1});
+  layer.activation = draw.chance(0.5) ? "relu" : "gelu";
+  layer.bias = draw.chance(0.8);
+  layer.norm_first = draw.chance(0.5);
+  layer.causal = draw.chance(0.5);
+  return layer;
+}
+
 LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
   const int rank = in.rank();
   LayerSpec layer;
@@ -490,6 +549,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
       return layer;
     case 3:
       if (rank == 3) {
+        if (draw.chance(0.5)) return random_encoder_layer(draw, in);
         layer.kind = LayerKind::kFlatten;
         layer.axes = 1;
         return layer;
@@ -497,6 +557,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
       layer.kind = LayerKind::kBatchNorm;
       return layer;
     case 4:
+      if (rank == 3 && draw.chance(0.5)) return random_encoder_layer(draw, in);
       layer.kind = LayerKind::kLayerNorm;
       layer.axes = draw.in(1, std::min(rank - 1, 3));
       return layer;

@@ -43,18 +43,26 @@ enum class LayerKind {
   kFlatten,
   kEmbedding,  // Only as a model's first layer, on int64 token input.
   kSequential,
-  kResidual,  // x + body(x), the body a Sequential of shape-keeping layers.
+  kResidual,                 // x + body(x), the body a Sequential of shape-keeping layers.
+  kTransformerEncoderLayer,  // On [N, seq, features]; heads divide the features.
 };
 
 struct LayerSpec {
   LayerKind kind = LayerKind::kReLU;
-  int64_t out = 0;  // Linear: out_features; Conv2d: out_channels; Embedding: embedding_dim.
+  // Linear: out_features; Conv2d: out_channels; Embedding: embedding_dim;
+  // TransformerEncoderLayer: dim_feedforward.
+  int64_t out = 0;
   int64_t kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;  // Conv2d and pooling.
-  bool bias = true;                                                       // Linear, Conv2d.
-  // LeakyReLU: negative slope; Dropout: p; Activation: its parameter (ELU's
-  // and CELU's alpha, Softplus's beta), if it takes one.
+  bool bias = true;  // Linear, Conv2d, TransformerEncoderLayer.
+  // LeakyReLU: negative slope; Dropout and TransformerEncoderLayer: p;
+  // Activation: its parameter (ELU's and CELU's alpha, Softplus's beta), if it
+  // takes one.
   double value = 0;
-  std::string activation;  // Activation: the module's type name ("SiLU").
+  // Activation: the module's type name ("SiLU"); TransformerEncoderLayer:
+  // "relu" or "gelu".
+  std::string activation;
+  int64_t heads = 1;                        // TransformerEncoderLayer.
+  bool norm_first = false, causal = false;  // TransformerEncoderLayer.
   // LayerNorm: how many trailing axes it normalizes; AdaptiveAvgPool2d: the
   // output size; Flatten: the first axis flattened.
   int64_t axes = 1;
