@@ -14,6 +14,9 @@ Tensor GELU::forward(const Tensor& x) { return gelu(x, call_site()); }
 
 Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x, call_site()); }
 
+Tensor Softmax::forward(const Tensor& x) { return softmax(x, dim_, call_site()); }
+std::string Softmax::extra_repr() const { return str_cat("dim=", dim_); }
+
 Tensor Tanh::forward(const Tensor& x) { return tanh(x, call_site()); }
 
 }  // namespace tandem::nn

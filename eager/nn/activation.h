@@ -11,6 +11,8 @@
 // Tanh:      tanh(x)
 // Softplus, Softsign, ELU, SELU, CELU, Hardsigmoid, Hardswish, Mish, SiLU:
 // as in torch::nn, each over the eager op of the same name.
+// Softmax: along `dim` (torch::nn's argument; no default here, as torch's
+// own warns against the implicit one).
 #pragma once
 
 #include "core/error.h"
@@ -41,6 +43,18 @@ class GELU : public Module {
  public:
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "GELU"; }
+};
+
+class Softmax : public Module {
+ public:
+  explicit Softmax(int64_t dim) : dim_(dim) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Softmax"; }
+  std::string extra_repr() const override;
+  int64_t dim() const { return dim_; }
+
+ private:
+  int64_t dim_;
 };
 
 class Sigmoid : public Module {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -330,6 +331,30 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
       model.has_dropout = model.has_dropout || spec.value > 0;
       break;
     }
+    case LayerKind::kRecurrent: {
+      TANDEM_CHECK(rank == 3, "a recurrent layer needs [N, seq, features]");
+      const std::map<std::string, nn::RecurrentKind> kinds = {
+          {"RNN", nn::RecurrentKind::kRnnTanh},
+          {"RNN_relu", nn::RecurrentKind::kRnnRelu},
+          {"LSTM", nn::RecurrentKind::kLstm},
+          {"GRU", nn::RecurrentKind::kGru}};
+      const nn::RecurrentOptions options{.input_size = last,
+                                         .hidden_size = spec.out,
+                                         .num_layers = spec.num_layers,
+                                         .bias = spec.bias,
+                                         .dropout = spec.value,
+                                         .bidirectional = spec.bidirectional,
+                                         .dtype = dtype};
+      module = std::make_shared<nn::Recurrent>(kinds.at(spec.activation), options);
+      const bool relu = spec.activation == "RNN_relu";
+      code = str_cat("nn::", relu ? "RNN" : spec.activation, "({.input_size = ", last,
+                     ", .hidden_size = ", spec.out, ", .num_layers = ", spec.num_layers,
+                     ", .bias = ", spec.bias ? "true" : "false", ", .dropout = ", spec.value,
+                     ", .bidirectional = ", spec.bidirectional ? "true" : "false", "}",
+                     relu ? ", /*relu=*/true" : "", ")");
+      model.has_dropout = model.has_dropout || (spec.value > 0 && spec.num_layers > 1);
+      break;
+    }
     case LayerKind::kSequential:
       return build_sequence(spec.children, in, indent, context);
     case LayerKind::kResidual: {
@@ -503,6 +528,20 @@ LayerSpec random_encoder_layer(Draw& draw, const Shape& in) {
   return layer;
 }
 
+// An RNN, LSTM or GRU over [N, seq, features].
+LayerSpec random_recurrent_layer(Draw& draw) {
+  LayerSpec layer;
+  layer.kind = LayerKind::kRecurrent;
+  constexpr const char* kKinds[] = {"RNN", "RNN_relu", "LSTM", "GRU"};
+  layer.activation = kKinds[draw.in(0, 3)];
+  layer.out = draw.in(2, 8);
+  layer.num_layers = draw.in(1, 2);
+  layer.bidirectional = draw.chance(0.5);
+  layer.bias = draw.chance(0.8);
+  layer.value = layer.num_layers > 1 ? draw.one_of({0.0, 0.2}) : 0.0;
+  return layer;
+}
+
 LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
   const int rank = in.rank();
   LayerSpec layer;
@@ -573,6 +612,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
       layer.value = draw.one_of({0.01, 0.2});
       return layer;
     case 9:
+      if (rank == 3 && draw.chance(0.5)) return random_recurrent_layer(draw);
       layer.kind = LayerKind::kGELU;
       return layer;
     case 10:

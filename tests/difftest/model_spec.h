@@ -45,24 +45,27 @@ enum class LayerKind {
   kSequential,
   kResidual,                 // x + body(x), the body a Sequential of shape-keeping layers.
   kTransformerEncoderLayer,  // On [N, seq, features]; heads divide the features.
+  kRecurrent,                // RNN, LSTM or GRU (LayerSpec::activation) on [N, seq, features].
 };
 
 struct LayerSpec {
   LayerKind kind = LayerKind::kReLU;
   // Linear: out_features; Conv2d: out_channels; Embedding: embedding_dim;
-  // TransformerEncoderLayer: dim_feedforward.
+  // TransformerEncoderLayer: dim_feedforward; Recurrent: hidden_size.
   int64_t out = 0;
   int64_t kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;  // Conv2d and pooling.
   bool bias = true;  // Linear, Conv2d, TransformerEncoderLayer.
-  // LeakyReLU: negative slope; Dropout and TransformerEncoderLayer: p;
+  // LeakyReLU: negative slope; Dropout, TransformerEncoderLayer and Recurrent: p;
   // Activation: its parameter (ELU's and CELU's alpha, Softplus's beta), if it
   // takes one.
   double value = 0;
   // Activation: the module's type name ("SiLU"); TransformerEncoderLayer:
-  // "relu" or "gelu".
+  // "relu" or "gelu"; Recurrent: "RNN", "RNN_relu", "LSTM" or "GRU".
   std::string activation;
   int64_t heads = 1;                        // TransformerEncoderLayer.
   bool norm_first = false, causal = false;  // TransformerEncoderLayer.
+  int64_t num_layers = 1;                   // Recurrent.
+  bool bidirectional = false;               // Recurrent.
   // LayerNorm: how many trailing axes it normalizes; AdaptiveAvgPool2d: the
   // output size; Flatten: the first axis flattened.
   int64_t axes = 1;

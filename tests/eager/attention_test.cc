@@ -21,6 +21,7 @@
 #include "eager/nn/nn.h"
 #include "eager/ops.h"
 #include "serialization/model.h"
+#include "tests/eager/float64_values.h"
 #include "tests/error_of.h"
 
 namespace tandem {
@@ -29,9 +30,9 @@ namespace {
 using testing::error_of;
 using ::testing::HasSubstr;
 
-using Values = std::vector<double>;
-
-Values values_of(const Tensor& t) { return cast(t, DType::kFloat64).to_vector<double>(); }
+using testing::expect_near;
+using testing::Values;
+using testing::values_of;
 
 Tensor randn64(const Dims& shape) { return randn(shape, DType::kFloat64); }
 
@@ -71,13 +72,6 @@ Values attention_loop(const Values& q, const Values& k, const Values& v, int64_t
 
 auto everywhere = [](int64_t, int64_t, int64_t) { return true; };
 auto nothing = [](int64_t, int64_t, int64_t) { return 0.0; };
-
-void expect_near(const Values& got, const Values& want, double tolerance) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tolerance * (1 + std::abs(want[i]))) << "element " << i;
-  }
-}
 
 TEST(ScaledDotProductAttention, MatchesTheLoop) {
   manual_seed(1);

@@ -561,5 +561,53 @@ TEST(NnStateDictTest, LoadOfABadFileNamesFileAndOffset) {
                {"cannot write", "/nonexistent-dir/x.params"});
 }
 
+TEST(NnSequenceModulesTest, SoftmaxAndIdentity) {
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, 0, 0, 0}, {2, 3});
+  std::vector<float> p = nn::Softmax(1).forward(x).to_vector<float>();
+  const float total = std::exp(1.f) + std::exp(2.f) + std::exp(3.f);
+  EXPECT_NEAR(p[0], std::exp(1.f) / total, 1e-6);
+  EXPECT_NEAR(p[5], 1.f / 3, 1e-6);
+  std::vector<float> column = nn::Softmax(0).forward(x).to_vector<float>();
+  EXPECT_NEAR(column[0], std::exp(1.f) / (std::exp(1.f) + 1), 1e-6);
+  EXPECT_EQ(nn::Softmax(1).to_string(), "Softmax(dim=1)");
+  nn::Identity identity;
+  EXPECT_EQ(identity.forward(x).to_vector<float>(), x.to_vector<float>());
+}
+
+TEST(NnSequenceModulesTest, PositionalEncodingAddsTheSinusoids) {
+  nn::PositionalEncoding pos({.d_model = 5, .max_len = 7, .dropout = 0.5});
+  EXPECT_TRUE(pos.named_parameters().empty());
+  EXPECT_TRUE(pos.state_dict().empty());  // Recomputed, not saved.
+  pos.eval();                             // No dropout.
+  Tensor x = randn({2, 4, 5});
+  std::vector<float> y = pos.forward(x).to_vector<float>(), in = x.to_vector<float>();
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t p = 0; p < 4; ++p) {
+      for (int64_t i = 0; i < 5; ++i) {
+        const double angle = p / std::pow(10000.0, (i - i % 2) / 5.0);
+        const double want = (i % 2 == 0 ? std::sin(angle) : std::cos(angle));
+        const size_t k = static_cast<size_t>((b * 4 + p) * 5 + i);
+        EXPECT_NEAR(y[k] - in[k], want, 1e-6) << b << " " << p << " " << i;
+      }
+    }
+  }
+  // Sequence first: the same signal along axis 0.
+  nn::PositionalEncoding seq_first({.d_model = 5, .max_len = 7, .batch_first = false});
+  seq_first.eval();
+  EXPECT_EQ(transpose(seq_first.forward(transpose(x, {1, 0, 2})), {1, 0, 2}).to_vector<float>(), y);
+  expect_error(
+      [&] {
+        pos.forward(randn({2, 8, 5}));
+      },
+      {"8 positions, more than max_len = 7", "[2, 8, 5]"});
+  expect_error([&] { pos.forward(randn({2, 4, 6})); }, {"PositionalEncoding(d_model=5)"});
+  // Training: dropout on the sum.
+  pos.train();
+  std::vector<float> dropped = pos.forward(x).to_vector<float>();
+  int zeros = 0;
+  for (float v : dropped) zeros += v == 0;
+  EXPECT_GT(zeros, 5);
+}
+
 }  // namespace
 }  // namespace tandem
