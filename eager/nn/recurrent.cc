@@ -10,38 +10,36 @@
 
 namespace tandem::nn {
 
-Recurrent::Recurrent(RecurrentKind kind, const RecurrentOptions& options)
-    : kind_(kind), options_(options) {
-  const RecurrentOptions& o = options;
-  TANDEM_CHECK(o.input_size > 0 && o.hidden_size > 0 && o.num_layers > 0, type_name(),
-               " needs positive input_size, hidden_size and num_layers, got ", o.input_size, ", ",
-               o.hidden_size, " and ", o.num_layers);
-  TANDEM_CHECK(o.dropout >= 0 && o.dropout < 1, type_name(), ": dropout must be in [0, 1), got ",
-               o.dropout);
-  const int64_t directions = o.bidirectional ? 2 : 1, rows = gates() * o.hidden_size;
-  const double bound = 1 / std::sqrt(static_cast<double>(o.hidden_size));
-  const auto parameter = [&](const std::string& name, Dims shape) {
-    Tensor t = register_parameter(name, Tensor::empty(Shape(absl::MakeConstSpan(shape)), o.dtype));
+RecurrentBase::RecurrentBase(RecurrentKind kind, int64_t input_size, int64_t hidden_size, bool bias,
+                             DType dtype, const char* suffix_of_type)
+    : kind_(kind),
+      hidden_size_(hidden_size),
+      bias_(bias),
+      dtype_(dtype),
+      suffix_of_type_(suffix_of_type) {
+  TANDEM_CHECK(input_size > 0 && hidden_size > 0, type_name(),
+               " needs positive input_size and hidden_size, got ", input_size, " and ",
+               hidden_size);
+  if (!bias) zero_bias_ = register_constant(zeros({gates() * hidden_size}, dtype));
+}
+
+RecurrentBase::Weights RecurrentBase::add_weights(const std::string& suffix, int64_t in) {
+  const int64_t rows = gates() * hidden_size_;
+  const double bound = 1 / std::sqrt(static_cast<double>(hidden_size_));
+  const auto parameter = [&](const std::string& name, Shape shape) {
+    Tensor t = register_parameter(name, Tensor::empty(std::move(shape), dtype_));
     init::uniform_(t, -bound, bound);
     return t;
   };
-  Tensor zero_bias;
-  if (!o.bias) zero_bias = register_constant(zeros({rows}, o.dtype));
-  for (int64_t layer = 0; layer < o.num_layers; ++layer) {
-    const int64_t in = layer == 0 ? o.input_size : directions * o.hidden_size;
-    for (int64_t direction = 0; direction < directions; ++direction) {
-      const std::string suffix = str_cat("_l", layer, direction == 1 ? "_reverse" : "");
-      Weights w;
-      w.ih = parameter("weight_ih" + suffix, {rows, in});
-      w.hh = parameter("weight_hh" + suffix, {rows, o.hidden_size});
-      w.bias_ih = o.bias ? parameter("bias_ih" + suffix, {rows}) : zero_bias;
-      w.bias_hh = o.bias ? parameter("bias_hh" + suffix, {rows}) : zero_bias;
-      weights_.push_back(std::move(w));
-    }
-  }
+  Weights w;
+  w.ih = parameter("weight_ih" + suffix, {rows, in});
+  w.hh = parameter("weight_hh" + suffix, {rows, hidden_size_});
+  w.bias_ih = bias_ ? parameter("bias_ih" + suffix, {rows}) : zero_bias_;
+  w.bias_hh = bias_ ? parameter("bias_hh" + suffix, {rows}) : zero_bias_;
+  return w;
 }
 
-int64_t Recurrent::gates() const {
+int64_t RecurrentBase::gates() const {
   switch (kind_) {
     case RecurrentKind::kLstm:
       return 4;
@@ -52,21 +50,37 @@ int64_t Recurrent::gates() const {
   }
 }
 
-std::string Recurrent::type_name() const {
+std::string RecurrentBase::type_name() const {
   switch (kind_) {
     case RecurrentKind::kLstm:
-      return "LSTM";
+      return str_cat("LSTM", suffix_of_type_);
     case RecurrentKind::kGru:
-      return "GRU";
+      return str_cat("GRU", suffix_of_type_);
     default:
-      return "RNN";
+      return str_cat("RNN", suffix_of_type_);
+  }
+}
+
+Recurrent::Recurrent(RecurrentKind kind, const RecurrentOptions& options)
+    : RecurrentBase(kind, options.input_size, options.hidden_size, options.bias, options.dtype, ""),
+      options_(options) {
+  const RecurrentOptions& o = options;
+  TANDEM_CHECK(o.num_layers > 0, type_name(), " needs num_layers > 0, got ", o.num_layers);
+  TANDEM_CHECK(o.dropout >= 0 && o.dropout < 1, type_name(), ": dropout must be in [0, 1), got ",
+               o.dropout);
+  const int64_t directions = o.bidirectional ? 2 : 1;
+  for (int64_t layer = 0; layer < o.num_layers; ++layer) {
+    const int64_t in = layer == 0 ? o.input_size : directions * o.hidden_size;
+    for (int64_t direction = 0; direction < directions; ++direction) {
+      weights_.push_back(add_weights(str_cat("_l", layer, direction == 1 ? "_reverse" : ""), in));
+    }
   }
 }
 
 std::string Recurrent::extra_repr() const {
   const RecurrentOptions& o = options_;
   return str_cat(o.input_size, ", ", o.hidden_size, ", num_layers=", o.num_layers,
-                 kind_ == RecurrentKind::kRnnRelu ? ", nonlinearity=relu" : "",
+                 kind() == RecurrentKind::kRnnRelu ? ", nonlinearity=relu" : "",
                  ", bias=", o.bias ? "true" : "false",
                  ", batch_first=", o.batch_first ? "true" : "false", ", dropout=", o.dropout,
                  ", bidirectional=", o.bidirectional ? "true" : "false");
@@ -80,10 +94,10 @@ RecurrentResult Recurrent::forward(const Tensor& x, const Tensor& h0, const Tens
   return run(x, h0, c0, /*final_states=*/true);
 }
 
-Recurrent::State Recurrent::step(const Weights& w, const Tensor& projected,
-                                 const State& state) const {
+RecurrentState RecurrentBase::step(const Weights& w, const Tensor& projected,
+                                   const RecurrentState& state) const {
   const std::source_location site = call_site();
-  const int64_t hidden = options_.hidden_size;
+  const int64_t hidden = hidden_size_;
   // h W_hh^T + b_hh; b_hh alone for a zero state (Note [Recurrence as a
   // composition of ops]).
   const Tensor recurrent = state.h.defined() ? linear(state.h, w.hh, w.bias_hh, site) : w.bias_hh;
@@ -116,9 +130,9 @@ Recurrent::State Recurrent::step(const Weights& w, const Tensor& projected,
   throw Error("unreachable");
 }
 
-Recurrent::State Recurrent::run_direction(const Weights& w, const std::vector<Tensor>& steps,
-                                          bool reverse, State state,
-                                          std::vector<Tensor>& outputs) const {
+RecurrentState Recurrent::run_direction(const Weights& w, const std::vector<Tensor>& steps,
+                                        bool reverse, RecurrentState state,
+                                        std::vector<Tensor>& outputs) const {
   const size_t count = steps.size();
   for (size_t i = 0; i < count; ++i) {
     const size_t t = reverse ? count - 1 - i : i;
@@ -145,7 +159,7 @@ RecurrentResult Recurrent::run(const Tensor& x, const Tensor& h0, const Tensor& 
   TANDEM_CHECK(!h0.defined() || h0.shape() == state_shape, type_name(), ": h0 must be ",
                state_shape.to_string(), " [num_layers * directions, batch, hidden], got ",
                h0.shape().to_string());
-  TANDEM_CHECK(!c0.defined() || kind_ == RecurrentKind::kLstm, type_name(),
+  TANDEM_CHECK(!c0.defined() || kind() == RecurrentKind::kLstm, type_name(),
                " has no cell state; c0 is for LSTM");
   TANDEM_CHECK(!c0.defined() || c0.shape() == state_shape, type_name(), ": c0 must be ",
                state_shape.to_string(), " [num_layers * directions, batch, hidden], got ",
@@ -168,8 +182,8 @@ RecurrentResult Recurrent::run(const Tensor& x, const Tensor& h0, const Tensor& 
                       : split(projected, Dims(static_cast<size_t>(length), 1), 1, site);
       for (Tensor& s : steps) s = reshape(s, {batch, gates() * hidden}, site);
       std::vector<Tensor> outputs(static_cast<size_t>(length));
-      State last = run_direction(w, steps, direction == 1, {initial(h0, index), initial(c0, index)},
-                                 outputs);
+      RecurrentState last = run_direction(w, steps, direction == 1,
+                                          {initial(h0, index), initial(c0, index)}, outputs);
       final_h.push_back(last.h);
       final_c.push_back(last.c);
       direction_outputs.push_back(stack(outputs, 1, site));  // [batch, seq, hidden]
@@ -183,9 +197,46 @@ RecurrentResult Recurrent::run(const Tensor& x, const Tensor& h0, const Tensor& 
   result.output = o.batch_first ? input : transpose(input, {1, 0, 2}, site);
   if (final_states) {
     result.h = stack(final_h, 0, site);
-    if (kind_ == RecurrentKind::kLstm) result.c = stack(final_c, 0, site);
+    if (kind() == RecurrentKind::kLstm) result.c = stack(final_c, 0, site);
   }
   return result;
+}
+
+RecurrentCell::RecurrentCell(RecurrentKind kind, const RecurrentCellOptions& options)
+    : RecurrentBase(kind, options.input_size, options.hidden_size, options.bias, options.dtype,
+                    "Cell"),
+      options_(options),
+      weights_(add_weights("", options.input_size)) {}
+
+Tensor RecurrentCell::forward(const Tensor& x) { return run(x, {}).h; }
+
+RecurrentState RecurrentCell::forward(const Tensor& x, const RecurrentState& state,
+                                      std::source_location where) {
+  CallScope call(*this, where);
+  return run(x, state);
+}
+
+RecurrentState RecurrentCell::run(const Tensor& x, const RecurrentState& state) {
+  const RecurrentCellOptions& o = options_;
+  TANDEM_CHECK(x.rank() == 2 && x.shape()[1] == o.input_size, type_name(),
+               "(input_size=", o.input_size, ") expects input of shape [batch, ", o.input_size,
+               "], got ", x.shape().to_string());
+  const Shape state_shape{x.shape()[0], o.hidden_size};
+  TANDEM_CHECK(!state.h.defined() || state.h.shape() == state_shape, type_name(),
+               ": h must be [batch, hidden] = ", state_shape.to_string(), ", got ",
+               state.h.shape().to_string());
+  TANDEM_CHECK(!state.c.defined() || kind() == RecurrentKind::kLstm, type_name(),
+               " has no cell state; c is for LSTMCell");
+  TANDEM_CHECK(!state.c.defined() || state.c.shape() == state_shape, type_name(),
+               ": c must be [batch, hidden] = ", state_shape.to_string(), ", got ",
+               state.c.shape().to_string());
+  return step(weights_, linear(x, weights_.ih, weights_.bias_ih, call_site()), state);
+}
+
+std::string RecurrentCell::extra_repr() const {
+  return str_cat(options_.input_size, ", ", options_.hidden_size,
+                 kind() == RecurrentKind::kRnnRelu ? ", nonlinearity=relu" : "",
+                 ", bias=", options_.bias ? "true" : "false");
 }
 
 }  // namespace tandem::nn

@@ -1,6 +1,6 @@
 // Recurrent layers over whole sequences: nn::RNN, nn::LSTM and nn::GRU, as
 // torch.nn's (multi-layer, bidirectional, dropout between layers, initial
-// states).
+// states); and their single steps, nn::RNNCell, nn::LSTMCell, nn::GRUCell.
 //
 //   auto lstm = std::make_shared<nn::LSTM>(nn::RecurrentOptions{
 //       .input_size = 16, .hidden_size = 32, .num_layers = 2, .bidirectional = true});
@@ -51,6 +51,13 @@ struct RecurrentOptions {
   DType dtype = DType::kFloat32;
 };
 
+// The state of one layer and direction: h [batch, hidden], and for LSTM the
+// cell state c; an undefined tensor means zeros.
+struct RecurrentState {
+  Tensor h;
+  Tensor c;
+};
+
 // forward(x, h0, c0)'s results: the last layer's output at every step
 // [batch, seq, directions * hidden] (batch_first), and the final states of
 // every layer and direction, [num_layers * directions, batch, hidden] (c:
@@ -61,7 +68,37 @@ struct RecurrentResult {
   Tensor c;
 };
 
-class Recurrent : public Module {
+// What the layers and the cells share: the kind, the weights of one step,
+// and the step itself.
+class RecurrentBase : public Module {
+ public:
+  RecurrentKind kind() const { return kind_; }
+  std::string type_name() const override;
+
+ protected:
+  struct Weights {
+    Tensor ih, hh, bias_ih, bias_hh;
+  };
+  RecurrentBase(RecurrentKind kind, int64_t input_size, int64_t hidden_size, bool bias, DType dtype,
+                const char* suffix_of_type);
+  // Registers "weight_ih" + suffix [gates * hidden, in], "weight_hh" + suffix,
+  // and the biases (or zero constants), uniform in +-1/sqrt(hidden).
+  Weights add_weights(const std::string& suffix, int64_t in);
+  // One step from `projected` = x W_ih^T + b_ih, [batch, gates * hidden].
+  RecurrentState step(const Weights& w, const Tensor& projected, const RecurrentState& state) const;
+  int64_t gates() const;
+  int64_t hidden_size() const { return hidden_size_; }
+
+ private:
+  RecurrentKind kind_;
+  int64_t hidden_size_;
+  bool bias_;
+  DType dtype_;
+  const char* suffix_of_type_;  // "" or "Cell".
+  Tensor zero_bias_;            // Without bias: stands in for both biases.
+};
+
+class Recurrent : public RecurrentBase {
  public:
   Recurrent(RecurrentKind kind, const RecurrentOptions& options);
 
@@ -72,28 +109,17 @@ class Recurrent : public Module {
   RecurrentResult forward(const Tensor& x, const Tensor& h0, const Tensor& c0 = {},
                           std::source_location where = std::source_location::current());
 
-  std::string type_name() const override;
   std::string extra_repr() const override;
   const RecurrentOptions& options() const { return options_; }
-  RecurrentKind kind() const { return kind_; }
 
  private:
-  struct Weights {
-    Tensor ih, hh, bias_ih, bias_hh;
-  };
-  struct State {
-    Tensor h, c;  // [batch, hidden]; undefined: zeros.
-  };
   // `final_states`: also stack the final states into the result's h and c.
   RecurrentResult run(const Tensor& x, const Tensor& h0, const Tensor& c0, bool final_states);
   // One direction of one layer over `steps` (each [batch, gates * hidden],
   // the input projection already applied); fills `outputs` in sequence order.
-  State run_direction(const Weights& w, const std::vector<Tensor>& steps, bool reverse, State state,
-                      std::vector<Tensor>& outputs) const;
-  State step(const Weights& w, const Tensor& projected, const State& state) const;
-  int64_t gates() const;
+  RecurrentState run_direction(const Weights& w, const std::vector<Tensor>& steps, bool reverse,
+                               RecurrentState state, std::vector<Tensor>& outputs) const;
 
-  RecurrentKind kind_;
   RecurrentOptions options_;
   std::vector<Weights> weights_;  // Layer-major, forward direction first.
 };
@@ -113,6 +139,59 @@ class LSTM : public Recurrent {
 class GRU : public Recurrent {
  public:
   explicit GRU(const RecurrentOptions& options) : Recurrent(RecurrentKind::kGru, options) {}
+};
+
+// One step of a recurrence, as torch's RNNCell, LSTMCell and GRUCell: the
+// same equations and initialization as the layers, parameters "weight_ih"
+// [gates * hidden, input], "weight_hh", "bias_ih", "bias_hh".
+//
+//   nn::LSTMCell cell({.input_size = 8, .hidden_size = 16});
+//   nn::RecurrentState s;                      // zeros
+//   for (const Tensor& x : steps) s = cell.forward(x, s);   // x [batch, 8]
+struct RecurrentCellOptions {
+  int64_t input_size = 0;
+  int64_t hidden_size = 0;
+  bool bias = true;
+  DType dtype = DType::kFloat32;
+};
+
+class RecurrentCell : public RecurrentBase {
+ public:
+  RecurrentCell(RecurrentKind kind, const RecurrentCellOptions& options);
+
+  // h after one step from a zero state.
+  Tensor forward(const Tensor& x) override;
+  // The state after one step of x [batch, input_size] from `state` (h, and c
+  // for LSTM, each [batch, hidden]; undefined: zeros).
+  RecurrentState forward(const Tensor& x, const RecurrentState& state,
+                         std::source_location where = std::source_location::current());
+
+  std::string extra_repr() const override;
+  const RecurrentCellOptions& options() const { return options_; }
+
+ private:
+  RecurrentState run(const Tensor& x, const RecurrentState& state);
+
+  RecurrentCellOptions options_;
+  Weights weights_;
+};
+
+class RNNCell : public RecurrentCell {
+ public:
+  explicit RNNCell(const RecurrentCellOptions& options, bool relu = false)
+      : RecurrentCell(relu ? RecurrentKind::kRnnRelu : RecurrentKind::kRnnTanh, options) {}
+};
+
+class LSTMCell : public RecurrentCell {
+ public:
+  explicit LSTMCell(const RecurrentCellOptions& options)
+      : RecurrentCell(RecurrentKind::kLstm, options) {}
+};
+
+class GRUCell : public RecurrentCell {
+ public:
+  explicit GRUCell(const RecurrentCellOptions& options)
+      : RecurrentCell(RecurrentKind::kGru, options) {}
 };
 
 }  // namespace tandem::nn

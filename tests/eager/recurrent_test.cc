@@ -210,7 +210,7 @@ TEST(Recurrent, RefusesWhatDoesNotFit) {
               }),
               HasSubstr("c0 is for LSTM"));
   EXPECT_THAT(error_of([] { nn::LSTM({.input_size = 3, .hidden_size = 0}); }),
-              HasSubstr("positive input_size, hidden_size"));
+              HasSubstr("positive input_size and hidden_size"));
 }
 
 TEST(Recurrent, GradientsMatchCentralDifferences) {
@@ -253,6 +253,47 @@ TEST(Recurrent, GradientsMatchCentralDifferences) {
       return value;
     });
   }
+}
+
+// A cell stepped along a sequence is the one-layer module over it, the
+// module being checked against the loop above.
+TEST(RecurrentCell, StepsAlongASequenceAsTheLayerDoes) {
+  for (nn::RecurrentKind kind : kKinds) {
+    SCOPED_TRACE(kind_name(kind));
+    manual_seed(15);
+    nn::RecurrentCell cell(kind, {.input_size = 3, .hidden_size = 4, .dtype = DType::kFloat64});
+    nn::Recurrent layer(kind, {.input_size = 3, .hidden_size = 4, .dtype = DType::kFloat64});
+    nn::StateDict renamed;
+    for (const auto& [name, t] : cell.state_dict()) renamed.insert(name + "_l0", t);
+    layer.load_state_dict(renamed);
+    const bool lstm = kind == nn::RecurrentKind::kLstm;
+    Tensor x = randn({2, 3, 3}, DType::kFloat64);
+    Tensor h0 = randn({1, 2, 4}, DType::kFloat64), c0 = randn({1, 2, 4}, DType::kFloat64);
+    nn::RecurrentResult whole = layer.forward(x, h0, lstm ? c0 : Tensor());
+    nn::RecurrentState state{reshape(h0, {2, 4}), lstm ? reshape(c0, {2, 4}) : Tensor()};
+    for (int64_t t = 0; t < 3; ++t) {
+      state = cell.forward(reshape(slice(x, 1, t, t + 1), {2, 3}), state);
+      expect_near(values_of(state.h), values_of(slice(whole.output, 1, t, t + 1)), 1e-12);
+    }
+    if (lstm) expect_near(values_of(state.c), values_of(whole.c), 1e-12);
+    // From zeros, forward(x) is the first step's h.
+    expect_near(values_of(cell(reshape(slice(x, 1, 0, 1), {2, 3}))),
+                values_of(slice(layer(x), 1, 0, 1)), 1e-12);
+  }
+  nn::GRUCell gru({.input_size = 3, .hidden_size = 4});
+  EXPECT_EQ(gru.type_name(), "GRUCell");
+  EXPECT_THAT(error_of([&] {
+                gru(randn({2, 4}));
+              }),
+              HasSubstr("GRUCell(input_size=3) expects input of shape [batch, 3]"));
+  EXPECT_THAT(error_of([&] {
+                gru.forward(randn({2, 3}), {zeros({3, 4}), {}});
+              }),
+              HasSubstr("h must be [batch, hidden] = [2, 4]"));
+  EXPECT_THAT(error_of([&] {
+                gru.forward(randn({2, 3}), {{}, zeros({2, 4})});
+              }),
+              HasSubstr("c is for LSTMCell"));
 }
 
 // Eager, hybridized and exported-then-loaded give one answer, at the traced
