@@ -6,21 +6,39 @@
 #include "eager/ops.h"
 
 namespace tandem::nn {
+namespace {
 
-TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOptions& options)
+LayerNormOptions norm_options(const TransformerLayerOptions& o) {
+  return {.normalized_shape = {o.d_model},
+          .eps = o.layer_norm_eps,
+          .elementwise_affine = true,
+          .dtype = o.dtype};
+}
+
+// The layers of a stack, for registration as the Sequential "layers"
+// ("layers.0", ...), as torch's ModuleList.
+template <class Layer>
+std::shared_ptr<Sequential> stack_of(const TransformerLayerOptions& options, int64_t num_layers,
+                                     const char* type,
+                                     std::vector<std::shared_ptr<Layer>>& layers) {
+  TANDEM_CHECK(num_layers > 0, type, " needs num_layers > 0, got ", num_layers);
+  auto stack = std::make_shared<Sequential>();
+  for (int64_t i = 0; i < num_layers; ++i) {
+    layers.push_back(std::make_shared<Layer>(options));
+    stack->push_back(layers.back());
+  }
+  return stack;
+}
+
+}  // namespace
+
+TransformerLayerBase::TransformerLayerBase(const TransformerLayerOptions& options, const char* type)
     : options_(options) {
-  TANDEM_CHECK(options.d_model > 0 && options.dim_feedforward > 0,
-               "TransformerEncoderLayer needs positive d_model and dim_feedforward, got ",
-               options.d_model, " and ", options.dim_feedforward);
+  TANDEM_CHECK(options.d_model > 0 && options.dim_feedforward > 0, type,
+               " needs positive d_model and dim_feedforward, got ", options.d_model, " and ",
+               options.dim_feedforward);
   const int64_t d = options.d_model;
-  self_attn_ =
-      register_module("self_attn", std::make_shared<MultiheadAttention>(
-                                       MultiheadAttentionOptions{.embed_dim = d,
-                                                                 .num_heads = options.nhead,
-                                                                 .dropout = options.dropout,
-                                                                 .bias = options.bias,
-                                                                 .batch_first = options.batch_first,
-                                                                 .dtype = options.dtype}));
+  self_attn_ = attention_module("self_attn");
   linear1_ =
       register_module("linear1", std::make_shared<Linear>(LinearOptions{
                                      d, options.dim_feedforward, options.bias, options.dtype}));
@@ -28,15 +46,53 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
   linear2_ =
       register_module("linear2", std::make_shared<Linear>(LinearOptions{
                                      options.dim_feedforward, d, options.bias, options.dtype}));
-  const LayerNormOptions norm{.normalized_shape = {d},
-                              .eps = options.layer_norm_eps,
-                              .elementwise_affine = true,
-                              .dtype = options.dtype};
-  norm1_ = register_module("norm1", std::make_shared<LayerNorm>(norm));
-  norm2_ = register_module("norm2", std::make_shared<LayerNorm>(norm));
+  norm1_ = norm_module("norm1");
+  norm2_ = norm_module("norm2");
   dropout1_ = register_module("dropout1", std::make_shared<Dropout>(options.dropout));
   dropout2_ = register_module("dropout2", std::make_shared<Dropout>(options.dropout));
 }
+
+std::shared_ptr<MultiheadAttention> TransformerLayerBase::attention_module(
+    const std::string& name) {
+  const TransformerLayerOptions& o = options_;
+  return register_module(name, std::make_shared<MultiheadAttention>(
+                                   MultiheadAttentionOptions{.embed_dim = o.d_model,
+                                                             .num_heads = o.nhead,
+                                                             .dropout = o.dropout,
+                                                             .bias = o.bias,
+                                                             .batch_first = o.batch_first,
+                                                             .dtype = o.dtype}));
+}
+
+std::shared_ptr<LayerNorm> TransformerLayerBase::norm_module(const std::string& name) {
+  return register_module(name, std::make_shared<LayerNorm>(norm_options(options_)));
+}
+
+Tensor TransformerLayerBase::self_attention_block(const Tensor& x, const Tensor& mask,
+                                                  const Tensor& key_padding_mask) {
+  const std::source_location site = call_site();
+  return (*dropout1_)(self_attn_->forward(x, x, x, mask, key_padding_mask, options_.causal, site),
+                      site);
+}
+
+Tensor TransformerLayerBase::feed_forward_block(const Tensor& x, Dropout& last_dropout) {
+  const std::source_location site = call_site();
+  Tensor h = (*linear1_)(x, site);
+  h = options_.activation == TransformerActivation::kGELU ? gelu(h, site) : relu(h, site);
+  return last_dropout((*linear2_)((*dropout_)(h, site), site), site);
+}
+
+std::string TransformerLayerBase::extra_repr() const {
+  const TransformerLayerOptions& o = options_;
+  return str_cat("d_model=", o.d_model, ", nhead=", o.nhead,
+                 ", dim_feedforward=", o.dim_feedforward, ", dropout=", o.dropout,
+                 ", activation=", o.activation == TransformerActivation::kGELU ? "gelu" : "relu",
+                 ", norm_first=", o.norm_first ? "true" : "false",
+                 ", causal=", o.causal ? "true" : "false");
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& options)
+    : TransformerLayerBase(options, "TransformerEncoderLayer") {}
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x) { return encode(x, {}, {}); }
 
@@ -49,54 +105,16 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const Tensor& mask,
 
 Tensor TransformerEncoderLayer::encode(const Tensor& x, const Tensor& mask,
                                        const Tensor& key_padding_mask) {
-  const std::source_location site = call_site();
-  if (options_.norm_first) {
-    Tensor h = add(x, self_attention_block((*norm1_)(x, site), mask, key_padding_mask), site);
-    return add(h, feed_forward_block((*norm2_)(h, site)), site);
-  }
-  Tensor h = (*norm1_)(add(x, self_attention_block(x, mask, key_padding_mask), site), site);
-  return (*norm2_)(add(h, feed_forward_block(h), site), site);
+  Tensor h = residual(x, *norm1_, [&](const Tensor& in) {
+    return self_attention_block(in, mask, key_padding_mask);
+  });
+  return residual(h, *norm2_, [&](const Tensor& in) { return feed_forward_block(in, *dropout2_); });
 }
 
-Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Tensor& mask,
-                                                     const Tensor& key_padding_mask) {
-  const std::source_location site = call_site();
-  return (*dropout1_)(self_attn_->forward(x, x, x, mask, key_padding_mask, options_.causal, site),
-                      site);
-}
-
-Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
-  const std::source_location site = call_site();
-  Tensor h = (*linear1_)(x, site);
-  h = options_.activation == TransformerActivation::kGELU ? gelu(h, site) : relu(h, site);
-  return (*dropout2_)((*linear2_)((*dropout_)(h, site), site), site);
-}
-
-std::string TransformerEncoderLayer::extra_repr() const {
-  const TransformerEncoderLayerOptions& o = options_;
-  return str_cat("d_model=", o.d_model, ", nhead=", o.nhead,
-                 ", dim_feedforward=", o.dim_feedforward, ", dropout=", o.dropout,
-                 ", activation=", o.activation == TransformerActivation::kGELU ? "gelu" : "relu",
-                 ", norm_first=", o.norm_first ? "true" : "false",
-                 ", causal=", o.causal ? "true" : "false");
-}
-
-TransformerEncoder::TransformerEncoder(const TransformerEncoderLayerOptions& layer,
-                                       int64_t num_layers, bool final_norm) {
-  TANDEM_CHECK(num_layers > 0, "TransformerEncoder needs num_layers > 0, got ", num_layers);
-  auto stack = register_module("layers", std::make_shared<Sequential>());
-  for (int64_t i = 0; i < num_layers; ++i) {
-    layers_.push_back(std::make_shared<TransformerEncoderLayer>(layer));
-    stack->push_back(layers_.back());
-  }
-  stack_ = std::move(stack);
-  if (final_norm) {
-    norm_ = register_module(
-        "norm", std::make_shared<LayerNorm>(LayerNormOptions{.normalized_shape = {layer.d_model},
-                                                             .eps = layer.layer_norm_eps,
-                                                             .elementwise_affine = true,
-                                                             .dtype = layer.dtype}));
-  }
+TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& layer, int64_t num_layers,
+                                       bool final_norm) {
+  stack_ = register_module("layers", stack_of(layer, num_layers, "TransformerEncoder", layers_));
+  if (final_norm) norm_ = register_module("norm", std::make_shared<LayerNorm>(norm_options(layer)));
 }
 
 Tensor TransformerEncoder::forward(const Tensor& x) {
@@ -117,6 +135,73 @@ Tensor TransformerEncoder::forward(const Tensor& x, const Tensor& mask,
 
 std::string TransformerEncoder::extra_repr() const {
   return str_cat("num_layers=", layers_.size(), ", final_norm=", norm_ ? "true" : "false");
+}
+
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& options)
+    : TransformerLayerBase(options, "TransformerDecoderLayer") {
+  multihead_attn_ = attention_module("multihead_attn");
+  norm3_ = norm_module("norm3");
+  dropout3_ = register_module("dropout3", std::make_shared<Dropout>(options.dropout));
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
+                                        const TransformerDecoderMasks& masks,
+                                        std::source_location where) {
+  CallScope call(*this, where);
+  return decode(tgt, memory, masks);
+}
+
+Tensor TransformerDecoderLayer::decode(const Tensor& tgt, const Tensor& memory,
+                                       const TransformerDecoderMasks& masks) {
+  const std::source_location site = call_site();
+  Tensor h = residual(tgt, *norm1_, [&](const Tensor& in) {
+    return self_attention_block(in, masks.tgt_mask, masks.tgt_key_padding_mask);
+  });
+  h = residual(h, *norm2_, [&](const Tensor& in) {
+    return (*dropout2_)(multihead_attn_->forward(in, memory, memory, masks.memory_mask,
+                                                 masks.memory_key_padding_mask, false, site),
+                        site);
+  });
+  return residual(h, *norm3_, [&](const Tensor& in) { return feed_forward_block(in, *dropout3_); });
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& layer, int64_t num_layers,
+                                       bool final_norm) {
+  stack_ = register_module("layers", stack_of(layer, num_layers, "TransformerDecoder", layers_));
+  if (final_norm) norm_ = register_module("norm", std::make_shared<LayerNorm>(norm_options(layer)));
+}
+
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
+                                   const TransformerDecoderMasks& masks,
+                                   std::source_location where) {
+  CallScope call(*this, where);
+  Tensor y = tgt;
+  {
+    CallScope in_stack(*stack_, where);
+    for (const auto& layer : layers_) y = layer->forward(y, memory, masks, where);
+  }
+  return norm_ ? (*norm_)(y, call_site()) : y;
+}
+
+std::string TransformerDecoder::extra_repr() const {
+  return str_cat("num_layers=", layers_.size(), ", final_norm=", norm_ ? "true" : "false");
+}
+
+Transformer::Transformer(const TransformerOptions& options) {
+  TransformerLayerOptions encoder_layer = options.layer;
+  encoder_layer.causal = false;
+  encoder_ = register_module("encoder", std::make_shared<TransformerEncoder>(
+                                            encoder_layer, options.num_encoder_layers, true));
+  decoder_ = register_module("decoder", std::make_shared<TransformerDecoder>(
+                                            options.layer, options.num_decoder_layers, true));
+}
+
+Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const Tensor& src_mask,
+                            const Tensor& src_key_padding_mask,
+                            const TransformerDecoderMasks& masks, std::source_location where) {
+  CallScope call(*this, where);
+  Tensor memory = encoder_->forward(src, src_mask, src_key_padding_mask, where);
+  return decoder_->forward(tgt, memory, masks, where);
 }
 
 }  // namespace tandem::nn

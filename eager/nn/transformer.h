@@ -1,19 +1,27 @@
-// nn::TransformerEncoderLayer and nn::TransformerEncoder, as torch.nn's.
+// The transformer's layers, as torch.nn's: TransformerEncoderLayer,
+// TransformerEncoder, TransformerDecoderLayer, TransformerDecoder and
+// Transformer.
 //
-//   nn::TransformerEncoderLayerOptions layer{.d_model = 64, .nhead = 4, .dim_feedforward = 256};
+//   nn::TransformerLayerOptions layer{.d_model = 64, .nhead = 4, .dim_feedforward = 256};
 //   auto encoder = std::make_shared<nn::TransformerEncoder>(layer, /*num_layers=*/2);
 //   Tensor y = (*encoder)(x);        // x [batch, seq, 64] -> [batch, seq, 64]
 //   encoder->forward(x, {}, pad);    // with a key padding mask [batch, seq]
 //
-// A layer is self-attention then a feed-forward block (linear1, activation,
-// dropout, linear2), each with dropout and a residual connection, and
-// LayerNorm after each residual (post-norm, torch's default) or at the start
-// of each block (norm_first, pre-norm):
+//   nn::Transformer seq2seq({.layer = layer});      // 6 + 6 layers, as torch's
+//   Tensor out = seq2seq.forward(src, tgt);          // [batch, tgt_seq, 64]
+//
+// An encoder layer is self-attention then a feed-forward block (linear1,
+// activation, dropout, linear2), each with dropout and a residual
+// connection, and LayerNorm after each residual (post-norm, torch's default)
+// or at the start of each block (norm_first, pre-norm):
 //   post-norm: x = norm1(x + sa(x));        x = norm2(x + ff(x))
 //   pre-norm:  x = x + sa(norm1(x));        x = x + ff(norm2(x))
+// A decoder layer has attention over the encoder's output ("memory")
+// between the two, with norm3 and dropout3 for the third block.
 // Children and parameters carry torch's names ("self_attn.in_proj_weight",
-// "linear1.weight", "norm2.bias"; "layers.0. ..." in an encoder), so a torch
-// state_dict with the same options loads as is.
+// "multihead_attn.out_proj.weight", "linear1.weight", "norm2.bias";
+// "layers.0. ..." in a stack, "encoder." and "decoder." in a Transformer), so
+// a torch state_dict with the same options loads as is.
 #pragma once
 
 #include <cstdint>
@@ -29,13 +37,14 @@
 #include "eager/nn/module.h"
 #include "eager/nn/norm.h"
 #include "eager/nn/sequential.h"
+#include "eager/ops.h"
 
 namespace tandem::nn {
 
 // The feed-forward block's activation (torch::kReLU, torch::kGELU).
 enum class TransformerActivation { kReLU, kGELU };
 
-struct TransformerEncoderLayerOptions {
+struct TransformerLayerOptions {
   int64_t d_model = 0;
   int64_t nhead = 1;  // Must divide d_model.
   int64_t dim_feedforward = 2048;
@@ -55,9 +64,38 @@ struct TransformerEncoderLayerOptions {
   DType dtype = DType::kFloat32;
 };
 
-class TransformerEncoderLayer : public Module {
+// The blocks every layer has, and the residual wiring of both norm
+// placements.
+class TransformerLayerBase : public Module {
  public:
-  explicit TransformerEncoderLayer(const TransformerEncoderLayerOptions& options);
+  const TransformerLayerOptions& options() const { return options_; }
+  std::string extra_repr() const override;
+
+ protected:
+  TransformerLayerBase(const TransformerLayerOptions& options, const char* type);
+  // x + block(norm(x)) with norm_first, norm(x + block(x)) without.
+  template <class Block>
+  Tensor residual(const Tensor& x, LayerNorm& norm, Block&& block) {
+    const std::source_location site = call_site();
+    if (options_.norm_first) return add(x, block(norm(x, site)), site);
+    return norm(add(x, block(x), site), site);
+  }
+  Tensor self_attention_block(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask);
+  Tensor feed_forward_block(const Tensor& x, Dropout& last_dropout);
+  std::shared_ptr<MultiheadAttention> attention_module(const std::string& name);
+  std::shared_ptr<LayerNorm> norm_module(const std::string& name);
+
+  TransformerLayerOptions options_;
+  std::shared_ptr<MultiheadAttention> self_attn_;
+  std::shared_ptr<Linear> linear1_, linear2_;
+  std::shared_ptr<Dropout> dropout_;
+  std::shared_ptr<LayerNorm> norm1_, norm2_;
+  std::shared_ptr<Dropout> dropout1_, dropout2_;
+};
+
+class TransformerEncoderLayer : public TransformerLayerBase {
+ public:
+  explicit TransformerEncoderLayer(const TransformerLayerOptions& options);
 
   // forward(x, {}, {}).
   Tensor forward(const Tensor& x) override;
@@ -67,19 +105,9 @@ class TransformerEncoderLayer : public Module {
                  std::source_location where = std::source_location::current());
 
   std::string type_name() const override { return "TransformerEncoderLayer"; }
-  std::string extra_repr() const override;
-  const TransformerEncoderLayerOptions& options() const { return options_; }
 
  private:
   Tensor encode(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask);
-  Tensor self_attention_block(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask);
-  Tensor feed_forward_block(const Tensor& x);
-
-  TransformerEncoderLayerOptions options_;
-  std::shared_ptr<MultiheadAttention> self_attn_;
-  std::shared_ptr<Linear> linear1_, linear2_;
-  std::shared_ptr<Dropout> dropout_, dropout1_, dropout2_;
-  std::shared_ptr<LayerNorm> norm1_, norm2_;
 };
 
 // `num_layers` layers made from the same options (each with its own
@@ -87,7 +115,7 @@ class TransformerEncoderLayer : public Module {
 // norm_first layers).
 class TransformerEncoder : public Module {
  public:
-  TransformerEncoder(const TransformerEncoderLayerOptions& layer, int64_t num_layers,
+  TransformerEncoder(const TransformerLayerOptions& layer, int64_t num_layers,
                      bool final_norm = false);
 
   Tensor forward(const Tensor& x) override;
@@ -102,6 +130,85 @@ class TransformerEncoder : public Module {
   std::shared_ptr<Sequential> stack_;  // "layers": the layers_, in order.
   std::vector<std::shared_ptr<TransformerEncoderLayer>> layers_;
   std::shared_ptr<LayerNorm> norm_;  // Null without final_norm.
+};
+
+// The masks of a decoder's call, with MultiheadAttention's conventions
+// (true: "may not attend" / "is padding"). tgt_* apply to the decoder's
+// self-attention (options().causal too), memory_* to its attention over the
+// memory.
+struct TransformerDecoderMasks {
+  Tensor tgt_mask;
+  Tensor memory_mask;
+  Tensor tgt_key_padding_mask;
+  Tensor memory_key_padding_mask;
+};
+
+class TransformerDecoderLayer : public TransformerLayerBase {
+ public:
+  explicit TransformerDecoderLayer(const TransformerLayerOptions& options);
+
+  // tgt [batch, T, d_model] attending to itself and to memory [batch, S,
+  // d_model] (batch_first); returns [batch, T, d_model].
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const TransformerDecoderMasks& masks = {},
+                 std::source_location where = std::source_location::current());
+
+  std::string type_name() const override { return "TransformerDecoderLayer"; }
+
+ private:
+  Tensor decode(const Tensor& tgt, const Tensor& memory, const TransformerDecoderMasks& masks);
+
+  std::shared_ptr<MultiheadAttention> multihead_attn_;
+  std::shared_ptr<LayerNorm> norm3_;
+  std::shared_ptr<Dropout> dropout3_;
+};
+
+class TransformerDecoder : public Module {
+ public:
+  TransformerDecoder(const TransformerLayerOptions& layer, int64_t num_layers,
+                     bool final_norm = false);
+
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const TransformerDecoderMasks& masks = {},
+                 std::source_location where = std::source_location::current());
+
+  std::string type_name() const override { return "TransformerDecoder"; }
+  std::string extra_repr() const override;
+  const std::vector<std::shared_ptr<TransformerDecoderLayer>>& layers() const { return layers_; }
+
+ private:
+  std::shared_ptr<Sequential> stack_;  // "layers".
+  std::vector<std::shared_ptr<TransformerDecoderLayer>> layers_;
+  std::shared_ptr<LayerNorm> norm_;
+};
+
+struct TransformerOptions {
+  // Both stacks' layers; `causal` applies to the decoder's self-attention
+  // only (a target position sees the targets before it), never to the
+  // encoder.
+  TransformerLayerOptions layer{.d_model = 512, .nhead = 8};
+  int64_t num_encoder_layers = 6;
+  int64_t num_decoder_layers = 6;
+};
+
+// An encoder and a decoder, each ending with a LayerNorm, as torch's
+// nn.Transformer.
+class Transformer : public Module {
+ public:
+  explicit Transformer(const TransformerOptions& options);
+
+  // The decoder's output for `tgt` [batch, T, d_model] over the encoded
+  // `src` [batch, S, d_model]. src_mask and src_key_padding_mask go to the
+  // encoder; masks.memory_key_padding_mask is usually src_key_padding_mask.
+  Tensor forward(const Tensor& src, const Tensor& tgt, const Tensor& src_mask = {},
+                 const Tensor& src_key_padding_mask = {}, const TransformerDecoderMasks& masks = {},
+                 std::source_location where = std::source_location::current());
+
+  std::string type_name() const override { return "Transformer"; }
+  const std::shared_ptr<TransformerEncoder>& encoder() const { return encoder_; }
+  const std::shared_ptr<TransformerDecoder>& decoder() const { return decoder_; }
+
+ private:
+  std::shared_ptr<TransformerEncoder> encoder_;
+  std::shared_ptr<TransformerDecoder> decoder_;
 };
 
 }  // namespace tandem::nn

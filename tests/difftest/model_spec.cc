@@ -295,18 +295,17 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
       TANDEM_CHECK(rank == 3 && last % spec.heads == 0,
                    "a transformer encoder layer needs [N, seq, features] with heads dividing "
                    "the features");
-      auto encoder =
-          std::make_shared<nn::TransformerEncoderLayer>(nn::TransformerEncoderLayerOptions{
-              .d_model = last,
-              .nhead = spec.heads,
-              .dim_feedforward = spec.out,
-              .dropout = spec.value,
-              .activation = spec.activation == "gelu" ? nn::TransformerActivation::kGELU
-                                                      : nn::TransformerActivation::kReLU,
-              .norm_first = spec.norm_first,
-              .bias = spec.bias,
-              .causal = spec.causal,
-              .dtype = dtype});
+      auto encoder = std::make_shared<nn::TransformerEncoderLayer>(nn::TransformerLayerOptions{
+          .d_model = last,
+          .nhead = spec.heads,
+          .dim_feedforward = spec.out,
+          .dropout = spec.value,
+          .activation = spec.activation == "gelu" ? nn::TransformerActivation::kGELU
+                                                  : nn::TransformerActivation::kReLU,
+          .norm_first = spec.norm_first,
+          .bias = spec.bias,
+          .causal = spec.causal,
+          .dtype = dtype});
       // Zero biases (the projections' initial ones) would hide a bias in
       // the wrong place.
       for (const auto& [name, child] : encoder->named_children()) {

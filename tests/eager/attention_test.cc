@@ -10,6 +10,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 
 #include "core/error.h"
 #include "eager/autograd.h"
+#include "eager/hybridize.h"
 #include "eager/nn/nn.h"
 #include "eager/ops.h"
 #include "serialization/model.h"
@@ -296,7 +299,7 @@ TEST(MultiheadAttention, SequenceFirstIsTheTransposedLayout) {
               values_of((*first)(x)), 1e-12);
 }
 
-nn::TransformerEncoderLayerOptions small_layer(bool norm_first, bool causal) {
+nn::TransformerLayerOptions small_layer(bool norm_first, bool causal) {
   return {.d_model = 8,
           .nhead = 2,
           .dim_feedforward = 16,
@@ -341,7 +344,7 @@ TEST(TransformerEncoder, EveryParameterLearns) {
 TEST(TransformerEncoder, ACausalLanguageModelSeesOnlyThePast) {
   manual_seed(9);
   const int64_t vocab = 11;
-  nn::TransformerEncoderLayerOptions layer{
+  nn::TransformerLayerOptions layer{
       .d_model = 8, .nhead = 2, .dim_feedforward = 16, .dropout = 0.1, .causal = true};
   auto lm = std::make_shared<nn::Sequential>(nn::Embedding(vocab, 8),
                                              nn::TransformerEncoder(layer, /*num_layers=*/2),
@@ -385,6 +388,98 @@ TEST(TransformerEncoder, OneAnswerInEveryMode) {
       expect_near(values_of((*encoder)(other)), eager_other, 1e-5);
     }
   }
+  fs::remove_all(dir);
+}
+
+// The decoder layer's wiring, computed from its own children: post-norm
+// x1 = norm1(x + sa(x)), x2 = norm2(x1 + mha(x1, memory)), norm3(x2 +
+// ff(x2)); pre-norm with each norm at the start of its block instead.
+TEST(TransformerDecoder, LayerWiringIsTorchs) {
+  for (bool norm_first : {false, true}) {
+    SCOPED_TRACE(str_cat("norm_first ", norm_first));
+    manual_seed(21);
+    nn::TransformerDecoderLayer layer(small_layer(norm_first, /*causal=*/true));
+    layer.eval();
+    std::map<std::string, std::shared_ptr<nn::Module>> child;
+    for (const auto& [name, m] : layer.named_children()) child[name] = m;
+    auto& sa = dynamic_cast<nn::MultiheadAttention&>(*child["self_attn"]);
+    auto& mha = dynamic_cast<nn::MultiheadAttention&>(*child["multihead_attn"]);
+    const auto norm = [&](const char* name, const Tensor& x) { return child[name]->forward(x); };
+    const auto ff = [&](const Tensor& x) {
+      Tensor h = child["linear1"]->forward(x);
+      return child["linear2"]->forward(norm_first ? gelu(h) : relu(h));
+    };
+    Tensor x = randn({2, 4, 8}), memory = randn({2, 6, 8});
+    Tensor want;
+    if (norm_first) {
+      Tensor n1 = norm("norm1", x);
+      Tensor x1 = add(x, sa.forward(n1, n1, n1, {}, {}, true));
+      Tensor x2 = add(x1, mha.forward(norm("norm2", x1), memory, memory));
+      want = add(x2, ff(norm("norm3", x2)));
+    } else {
+      Tensor x1 = norm("norm1", add(x, sa.forward(x, x, x, {}, {}, true)));
+      Tensor x2 = norm("norm2", add(x1, mha.forward(x1, memory, memory)));
+      want = norm("norm3", add(x2, ff(x2)));
+    }
+    expect_near(values_of(layer.forward(x, memory)), values_of(want), 1e-6);
+  }
+}
+
+TEST(TransformerDecoder, MasksReachTheirAttention) {
+  manual_seed(22);
+  nn::TransformerDecoder decoder(small_layer(false, /*causal=*/true), 2, true);
+  decoder.eval();
+  Tensor tgt = randn({2, 4, 8}), memory = randn({2, 6, 8});
+  // Causal: position 2's output ignores the targets after it.
+  Tensor changed = concat({slice(tgt, 1, 0, 3), randn({2, 1, 8})}, 1);
+  expect_near(values_of(slice(decoder.forward(tgt, memory), 1, 0, 3)),
+              values_of(slice(decoder.forward(changed, memory), 1, 0, 3)), 1e-6);
+  // Memory padding: hiding the last two memory positions is removing them.
+  std::vector<bool> padding(12, false);
+  for (int i : {4, 5, 10, 11}) padding[static_cast<size_t>(i)] = true;
+  nn::TransformerDecoderMasks masks{.memory_key_padding_mask =
+                                        Tensor::from_vector(padding, {2, 6})};
+  expect_near(values_of(decoder.forward(tgt, memory, masks)),
+              values_of(decoder.forward(tgt, slice(memory, 1, 0, 4))), 1e-6);
+}
+
+TEST(Transformer, HasTorchsNamesAndRunsInEveryMode) {
+  manual_seed(23);
+  nn::TransformerLayerOptions layer = small_layer(false, /*causal=*/true);
+  auto model = std::make_shared<nn::Transformer>(
+      nn::TransformerOptions{.layer = layer, .num_encoder_layers = 2, .num_decoder_layers = 1});
+  std::vector<std::string> names;
+  for (const auto& [name, t] : model->named_parameters()) names.push_back(name);
+  EXPECT_EQ(names.size(), 2 * 12 + 2 + 1 * 18 + 2);
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"encoder.layers.1.self_attn.in_proj_weight",
+                                              "encoder.norm.weight",
+                                              "decoder.layers.0.multihead_attn.out_proj.weight",
+                                              "decoder.layers.0.norm3.bias", "decoder.norm.bias"}));
+  // The encoder ignores `causal`: a source position sees the whole source.
+  EXPECT_FALSE(model->encoder()->layers()[0]->options().causal);
+  EXPECT_TRUE(model->decoder()->layers()[0]->options().causal);
+
+  model->eval();
+  NoGradGuard no_grad;
+  auto run = hybridize([&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{model->forward(in[0], in[1])};
+  });
+  Tensor src = randn({2, 5, 8}), tgt = randn({2, 3, 8});
+  Tensor other_src = randn({4, 5, 8}), other_tgt = randn({4, 3, 8});
+  Values eager = values_of(model->forward(src, tgt));
+  Values eager_other = values_of(model->forward(other_src, other_tgt));
+  expect_near(values_of(run({src, tgt})[0]), eager, 1e-5);
+  expect_near(values_of(run({src, tgt})[0]), eager, 1e-5);  // A replay.
+  EXPECT_EQ(run.stats().replays, 1);
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / str_cat("tandem-seq2seq-", ::getpid());
+  fs::create_directories(dir);
+  const nn::StateDict state = model->state_dict();
+  run.export_model((dir / "seq2seq").string(),
+                   std::vector<nn::StateDict::Entry>(state.begin(), state.end()));
+  LoadedModel loaded = load((dir / "seq2seq").string());
+  expect_near(values_of(loaded.run({src, tgt})[0]), eager, 1e-5);
+  expect_near(values_of(loaded.run({other_src, other_tgt})[0]), eager_other, 1e-5);
   fs::remove_all(dir);
 }
 
