@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
+#include "eager/optim/update_programs.h"
 
 namespace tandem::optim {
 namespace {
@@ -29,8 +30,6 @@ Tensor to_dtype(const Tensor& x, DType dtype) { return x.dtype() == dtype ? x : 
 //   exp_avg'    = exp_avg * beta1 + g * (1 - beta1)
 //   exp_avg_sq' = exp_avg_sq * beta2 + (g * g) * (1 - beta2)
 //   param'      = param - exp_avg' / (sqrt(v) / bias_correction2_sqrt + eps) * step_size
-constexpr const char* kFirstMoment = "r0=mul(i0,i1);r1=mul(i2,i3);r2=add(r0,r1)";
-constexpr const char* kSecondMoment = "r0=mul(i0,i1);r1=mul(i2,i2);r2=mul(r1,i3);r3=add(r0,r2)";
 constexpr const char* kParamUpdate =
     "r0=sqrt(i2);r1=div(r0,i3);r2=add(r1,i4);r3=div(i1,r2);r4=mul(r3,i5);r5=sub(i0,r4)";
 
@@ -131,8 +130,9 @@ void Adam::update(size_t i, StepScalars& scalars) {
                  full({}, 1 - beta2, dtype), full({}, options_.eps, dtype)};
   }
   const StepScalars::Constants& h = c->second;
-  s.exp_avg.assign_(fused_update(kFirstMoment, {s.exp_avg, h.beta1, g, h.one_minus_beta1}));
-  s.exp_avg_sq.assign_(fused_update(kSecondMoment, {s.exp_avg_sq, h.beta2, g, h.one_minus_beta2}));
+  s.exp_avg.assign_(fused_update(programs::kAverage, {s.exp_avg, h.beta1, g, h.one_minus_beta1}));
+  s.exp_avg_sq.assign_(
+      fused_update(programs::kSquareAverage, {s.exp_avg_sq, h.beta2, g, h.one_minus_beta2}));
   Tensor v = s.exp_avg_sq;
   if (options_.amsgrad) {
     s.max_exp_avg_sq.assign_(maximum(s.max_exp_avg_sq, s.exp_avg_sq));

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "eager/optim/optimizer.h"
 
@@ -30,10 +31,16 @@ class LRScheduler {
   // The number of step() calls so far.
   int64_t epoch() const { return epoch_; }
   double base_lr() const { return base_lr_; }
-  // The learning rate for a given epoch (epoch 0: base_lr()).
+  // The learning rate for a given epoch (epoch 0: base_lr(), except where a
+  // schedule says otherwise).
   virtual double lr_at(int64_t epoch) const = 0;
 
  protected:
+  // Sets the optimizer's lr to lr_at(0): for schedules whose epoch 0 is not
+  // base_lr(), called at the end of their constructor (as torch's schedulers
+  // take their first step when made).
+  void start();
+
   Optimizer& optimizer_;
 
  private:
@@ -65,6 +72,59 @@ class CosineAnnealingLR : public LRScheduler {
  private:
   int64_t t_max_;
   double eta_min_;
+};
+
+// lr = base_lr * factor(epoch), as torch's LambdaLR.
+class LambdaLR : public LRScheduler {
+ public:
+  // Throws tandem::Error if `factor` is empty.
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor);
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  std::function<double(int64_t)> factor_;
+};
+
+// Linear warm-up from 0 over `warmup_steps`, then a cosine from base_lr down
+// to eta_min at `total_steps` (the schedule transformers are usually trained
+// with; stepped once per batch):
+//   epoch <  warmup: base_lr * epoch / warmup_steps
+//   epoch >= warmup: eta_min + (base_lr - eta_min) * (1 + cos(pi * progress)) / 2,
+//                    progress = (epoch - warmup) / (total - warmup), at most 1.
+class WarmupCosineLR : public LRScheduler {
+ public:
+  // Throws tandem::Error unless 0 <= warmup_steps < total_steps.
+  WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps,
+                 double eta_min = 0);
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  int64_t warmup_steps_, total_steps_;
+  double eta_min_;
+};
+
+// The 1cycle policy, as torch's OneCycleLR with cosine annealing (two
+// phases), stepped once per batch: from max_lr / div_factor up to max_lr
+// over the first pct_start of total_steps, then down to
+// max_lr / div_factor / final_div_factor. It ignores the optimizer's lr and
+// sets lr_at(0) when made; stepping past total_steps is a tandem::Error.
+struct OneCycleOptions {
+  double max_lr = 0;
+  int64_t total_steps = 0;
+  double pct_start = 0.3;
+  double div_factor = 25;
+  double final_div_factor = 1e4;
+};
+
+class OneCycleLR : public LRScheduler {
+ public:
+  // Throws tandem::Error unless max_lr > 0, total_steps > 0, pct_start in
+  // (0, 1) and both factors > 0.
+  OneCycleLR(Optimizer& optimizer, const OneCycleOptions& options);
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  OneCycleOptions options_;
 };
 
 }  // namespace tandem::optim

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "eager/autograd.h"
 #include "eager/ops.h"
+#include "eager/optim/update_programs.h"
 
 namespace tandem::optim {
 namespace {
@@ -22,7 +23,6 @@ namespace {
 //   buf' = buf * momentum + g        (scaled by 1 - dampening where that applies)
 //   p'   = p - g' * lr
 constexpr const char* kMomentum = "r0=mul(i0,i1);r1=add(r0,i2)";
-constexpr const char* kParamUpdate = "r0=mul(i1,i2);r1=sub(i0,r0)";
 
 }  // namespace
 
@@ -77,7 +77,7 @@ void SGD::step() {
       buf.assign_(fused_update(kMomentum, {buf, m->second, scaled}));  // Note [SGD in two passes].
       g = o.nesterov ? add(g, mul(buf, o.momentum)) : buf;
     }
-    p.assign_(fused_update(kParamUpdate, {p, g, lr_tensor(p.dtype())}));
+    p.assign_(fused_update(programs::kDescent, {p, g, lr_tensor(p.dtype())}));
   }
 }
 

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/tensor_observer.h"
 #include "eager/autograd.h"
+#include "eager/hybridize.h"
 #include "eager/nn/nn.h"
 #include "eager/ops.h"
 
@@ -66,6 +67,17 @@ void check_steps(
       EXPECT_NEAR(actual[i], expected[i], 1e-12) << "step " << step + 1 << ", element " << i;
     }
   }
+}
+
+// The message of the tandem::Error `f` throws ("" if none).
+template <class F>
+std::string error_of_optimizer(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Verifies plain SGD: p -= lr g.
@@ -197,6 +209,70 @@ TEST(OptimAdamTest, AdamWAndAmsgrad) {
   check_steps(ams, q, reference, 5);
 }
 
+// torch.optim.RMSprop's rule, in double.
+struct RMSpropReference {
+  optim::RMSpropOptions o;
+  std::vector<double> square, grad_avg, buf;
+  void operator()(std::vector<double>& x, const std::vector<double>& grad) {
+    if (square.empty()) square = grad_avg = buf = std::vector<double>(x.size(), 0);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double g = grad[i] + o.weight_decay * x[i];
+      square[i] = o.alpha * square[i] + (1 - o.alpha) * g * g;
+      double avg = square[i];
+      if (o.centered) {
+        grad_avg[i] = o.alpha * grad_avg[i] + (1 - o.alpha) * g;
+        avg -= grad_avg[i] * grad_avg[i];
+      }
+      avg = std::sqrt(avg) + o.eps;
+      if (o.momentum > 0) {
+        buf[i] = o.momentum * buf[i] + g / avg;
+        x[i] -= o.lr * buf[i];
+      } else {
+        x[i] -= o.lr * g / avg;
+      }
+    }
+  }
+};
+
+TEST(OptimRMSpropTest, MatchesReference) {
+  for (const optim::RMSpropOptions& options :
+       {optim::RMSpropOptions{}, optim::RMSpropOptions{.lr = 0.05, .weight_decay = 0.1},
+        optim::RMSpropOptions{.lr = 0.05, .alpha = 0.9, .momentum = 0.8},
+        optim::RMSpropOptions{.lr = 0.02, .eps = 1e-6, .momentum = 0.5, .centered = true},
+        optim::RMSpropOptions{.lr = 0.02, .centered = true}}) {
+    SCOPED_TRACE(str_cat("momentum ", options.momentum, " centered ", options.centered));
+    Tensor p = make_param();
+    optim::RMSprop opt({p}, options);
+    check_steps(opt, p, RMSpropReference{options}, 4);
+  }
+  Tensor p = make_param();
+  EXPECT_THAT(error_of_optimizer([&] { optim::RMSprop({p}, {.alpha = 1.0}); }),
+              HasSubstr("alpha must be in [0, 1)"));
+}
+
+TEST(OptimAdagradTest, MatchesReference) {
+  const optim::AdagradOptions options{
+      .lr = 0.1, .lr_decay = 0.5, .weight_decay = 0.05, .initial_accumulator_value = 0.2};
+  Tensor p = make_param();
+  optim::Adagrad opt({p}, options);
+  std::vector<double> sum(3, options.initial_accumulator_value);
+  int t = 0;
+  check_steps(
+      opt, p,
+      [&](std::vector<double>& x, const std::vector<double>& grad) {
+        ++t;
+        const double clr = options.lr / (1 + (t - 1) * options.lr_decay);
+        for (size_t i = 0; i < x.size(); ++i) {
+          const double g = grad[i] + options.weight_decay * x[i];
+          sum[i] += g * g;
+          x[i] -= clr * g / (std::sqrt(sum[i]) + options.eps);
+        }
+      },
+      4);
+  EXPECT_THAT(error_of_optimizer([&] { optim::Adagrad({p}, {.lr_decay = -1}); }),
+              HasSubstr("must be >= 0"));
+}
+
 // Verifies that a float32 parameter follows the float64 reference closely.
 TEST(OptimAdamTest, Float32Parameter) {
   Tensor p = Tensor::from_vector<float>({1.0f, -2.0f, 0.5f}, {3});
@@ -305,6 +381,43 @@ TEST(OptimScheduleTest, StepAndCosine) {
     EXPECT_NEAR(adam.lr(), expected, 1e-15) << "epoch " << epoch;
   }
   EXPECT_DOUBLE_EQ(cosine.lr_at(4), 0.2);
+}
+
+TEST(OptimScheduleTest, LambdaWarmupCosineAndOneCycle) {
+  Tensor p = make_param();
+  optim::SGD opt({p}, 0.5);
+  optim::LambdaLR lambda(opt, [](int64_t epoch) { return 1.0 / (1 + epoch); });
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.5);
+  lambda.step();
+  lambda.step();
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.5 / 3);
+
+  optim::SGD warm_opt({p}, 1.0);
+  optim::WarmupCosineLR warm(warm_opt, /*warmup_steps=*/4, /*total_steps=*/12, 0.1);
+  EXPECT_DOUBLE_EQ(warm_opt.lr(), 0.0);  // Set when made: the first step's lr.
+  const double expected[] = {0.25, 0.5, 0.75, 1.0};
+  for (double lr : expected) {
+    warm.step();
+    EXPECT_DOUBLE_EQ(warm_opt.lr(), lr) << "epoch " << warm.epoch();
+  }
+  EXPECT_NEAR(warm.lr_at(8), 0.1 + 0.9 * (1 + std::cos(std::numbers::pi * 0.5)) / 2, 1e-15);
+  EXPECT_DOUBLE_EQ(warm.lr_at(12), 0.1);
+  EXPECT_DOUBLE_EQ(warm.lr_at(20), 0.1);
+
+  // torch.optim.lr_scheduler.OneCycleLR(max_lr=1, total_steps=10) gives
+  // 0.04, 0.52, 1.0 for steps 0-2, then anneals to 4e-6 at step 9.
+  optim::SGD cycle_opt({p}, 123.0);
+  optim::OneCycleLR cycle(cycle_opt, {.max_lr = 1.0, .total_steps = 10});
+  EXPECT_NEAR(cycle_opt.lr(), 0.04, 1e-15);
+  EXPECT_NEAR(cycle.lr_at(1), 0.52, 1e-15);
+  EXPECT_DOUBLE_EQ(cycle.lr_at(2), 1.0);
+  EXPECT_NEAR(cycle.lr_at(9), 4e-6, 1e-18);
+  EXPECT_NEAR(cycle.lr_at(5), 4e-6 + (1 - 4e-6) * (1 + std::cos(std::numbers::pi * 3 / 7)) / 2,
+              1e-15);
+  EXPECT_THAT(error_of_optimizer([&] { cycle.lr_at(11); }),
+              HasSubstr("stepped 11 times, but total_steps is 10"));
+  EXPECT_THAT(error_of_optimizer([&] { optim::WarmupCosineLR(opt, 5, 5); }),
+              HasSubstr("0 <= warmup_steps < total_steps"));
 }
 
 // Verifies clip_grad_norm_: the total norm over all gradients, scaling only
@@ -444,6 +557,90 @@ TEST(OptimReplayTest, StepRebindsStateInPlace) {
       opt->step();
     });
     EXPECT_EQ(opt->step_count(0), 2);
+  }
+}
+
+// RMSprop's and Adagrad's steps rebind their state in place too, and read
+// nothing on the host.
+TEST(OptimReplayTest, RMSpropAndAdagradRebindStateInPlace) {
+  {
+    TwoDtypes ps;
+    optim::RMSprop opt({ps.p64, ps.p32}, {.momentum = 0.9, .centered = true});
+    std::vector<Captured> handles;
+    for (size_t i = 0; i < 2; ++i) {
+      handles.push_back(capture(str_cat("param ", i), [&, i] { return opt.params()[i]; }));
+      handles.push_back(capture(str_cat("square_avg ", i), [&, i] { return opt.square_avg(i); }));
+      handles.push_back(capture(str_cat("grad_avg ", i), [&, i] { return opt.grad_avg(i); }));
+      handles.push_back(
+          capture(str_cat("momentum_buffer ", i), [&, i] { return opt.momentum_buffer(i); }));
+    }
+    check_rebound_in_place(handles, [&] {
+      opt.zero_grad();
+      ps.backward();
+      opt.step();
+    });
+  }
+  TwoDtypes ps;
+  optim::Adagrad opt({ps.p64, ps.p32}, {.lr_decay = 0.1});
+  std::vector<Captured> handles;
+  for (size_t i = 0; i < 2; ++i) {
+    handles.push_back(capture(str_cat("param ", i), [&, i] { return opt.params()[i]; }));
+    handles.push_back(capture(str_cat("sum ", i), [&, i] { return opt.sum(i); }));
+  }
+  check_rebound_in_place(handles, [&] {
+    opt.zero_grad();
+    ps.backward();
+    opt.step();
+  });
+}
+
+// A hybridized training step with RMSprop or Adagrad gives the eager
+// parameters, step after step (the replays included).
+TEST(OptimReplayTest, HybridizedRMSpropAndAdagradMatchEager) {
+  using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+  const std::vector<std::pair<std::string, Make>> makers = {
+      {"RMSprop",
+       [](std::vector<Tensor> ps) {
+         return std::make_unique<optim::RMSprop>(
+             std::move(ps), optim::RMSpropOptions{.lr = 0.01, .momentum = 0.9, .centered = true});
+       }},
+      {"Adagrad", [](std::vector<Tensor> ps) {
+         return std::make_unique<optim::Adagrad>(std::move(ps),
+                                                 optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.1});
+       }}};
+  for (const auto& [name, make] : makers) {
+    SCOPED_TRACE(name);
+    const auto build = [] {
+      manual_seed(31);
+      return std::make_shared<nn::Sequential>(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 3));
+    };
+    auto eager_net = build(), traced_net = build();
+    auto eager_opt = make(eager_net->parameters()), traced_opt = make(traced_net->parameters());
+    auto step = hybridize([&](const std::vector<Tensor>& in) {
+      traced_opt->zero_grad();
+      Tensor loss = cross_entropy(traced_net->forward(in[0]), in[1]);
+      loss.backward();
+      traced_opt->step();
+      return std::vector<Tensor>{loss};
+    });
+    manual_seed(32);
+    Tensor x = randn({5, 4});
+    Tensor y = Tensor::from_vector<int64_t>({0, 2, 1, 1, 0}, {5});
+    for (int i = 0; i < 4; ++i) {
+      eager_opt->zero_grad();
+      Tensor eager_loss = cross_entropy(eager_net->forward(x), y);
+      eager_loss.backward();
+      eager_opt->step();
+      EXPECT_NEAR(step({x, y})[0].item<float>(), eager_loss.item<float>(), 1e-6) << "step " << i;
+      const auto want = eager_net->parameters(), got = traced_net->parameters();
+      for (size_t k = 0; k < want.size(); ++k) {
+        const auto a = got[k].to_vector<float>(), b = want[k].to_vector<float>();
+        for (size_t e = 0; e < a.size(); ++e) {
+          ASSERT_NEAR(a[e], b[e], 1e-6) << "step " << i << ", parameter " << k << ", element " << e;
+        }
+      }
+    }
+    EXPECT_EQ(step.stats().replays, 3);
   }
 }
 
