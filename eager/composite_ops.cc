@@ -1,0 +1,102 @@
+#include "eager/composite_ops.h"
+
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+// `axis` of x in [0, rank), or an Error naming `op`.
+int axis_of(const Tensor& x, int64_t axis, const char* op) {
+  TANDEM_CHECK(axis >= -x.rank() && axis < x.rank(), op, ": axis ", axis,
+               " is out of range for shape ", x.shape().to_string());
+  return static_cast<int>(axis < 0 ? axis + x.rank() : axis);
+}
+
+// Whether element (i, j) of the last two axes has j - i <= diagonal (lower)
+// or >= diagonal (upper), as a bool [rows, cols] tensor.
+Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op,
+                std::source_location site) {
+  TANDEM_CHECK(x.rank() >= 2, op, " needs at least two axes, got shape ", x.shape().to_string());
+  const int64_t rows = x.shape().dim(-2), cols = x.shape().dim(-1);
+  Tensor i = reshape(arange(0, static_cast<double>(rows), 1, DType::kInt64, x.device(), site),
+                     {rows, 1}, site);
+  Tensor j = arange(0, static_cast<double>(cols), 1, DType::kInt64, x.device(), site);
+  // j - i <= diagonal  <=>  j <= i + diagonal.
+  Tensor shifted =
+      add(i, full({}, static_cast<double>(diagonal), DType::kInt64, x.device(), site), site);
+  Tensor keep = lower ? le(j, shifted, site) : ge(j, shifted, site);
+  return where(keep, x, full({}, 0.0, x.dtype(), x.device(), site), site);
+}
+
+}  // namespace
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, std::source_location site) {
+  TANDEM_CHECK(mask.dtype() == DType::kBool, "masked_fill: the mask must be bool, got ",
+               dtype_name(mask.dtype()), " (x ", x.shape().to_string(), ")");
+  return where(mask, full({}, value, x.dtype(), x.device(), site), x, site);
+}
+
+Tensor logsumexp(const Tensor& x, const Dims& axes, bool keepdims, std::source_location site) {
+  // The maximum, with 0 where it is infinite: a row of -inf would give
+  // -inf - -inf = NaN, a row with +inf gives +inf either way. Detached, as
+  // torch does: its gradient cancels out exactly, and would only add
+  // rounding.
+  Tensor top = max(x, axes, /*keepdims=*/true, site).detach();
+  Tensor zero = full({}, 0.0, x.dtype(), x.device(), site);
+  Tensor shift = where(isinf(top, site), zero, top, site);
+  Tensor total = sum(exp(sub(x, shift, site), site), axes, keepdims, site);
+  // sum over the reduced axes of size 1 drops them without a reshape.
+  Tensor shift_out = keepdims ? shift : sum(shift, axes, /*keepdims=*/false, site);
+  return add(log(total, site), shift_out, site);
+}
+
+Tensor tril(const Tensor& x, int64_t diagonal, std::source_location site) {
+  return triangle(x, diagonal, /*lower=*/true, "tril", site);
+}
+
+Tensor triu(const Tensor& x, int64_t diagonal, std::source_location site) {
+  return triangle(x, diagonal, /*lower=*/false, "triu", site);
+}
+
+Tensor flip(const Tensor& x, const Dims& axes, std::source_location site) {
+  std::set<int> seen;
+  Tensor y = x;
+  for (int64_t a : axes) {
+    const int axis = axis_of(x, a, "flip");
+    TANDEM_CHECK(seen.insert(axis).second, "flip: axis ", a, " is listed twice for shape ",
+                 x.shape().to_string());
+    const double n = static_cast<double>(x.shape()[axis]);
+    y = take(y, arange(n - 1, -1, -1, DType::kInt64, x.device(), site), axis, site);
+  }
+  return y;
+}
+
+Tensor roll(const Tensor& x, int64_t shift, int64_t axis, std::source_location site) {
+  const int a = axis_of(x, axis, "roll");
+  const int64_t n = x.shape()[a];
+  if (n == 0) return x;
+  const int64_t s = ((shift % n) + n) % n;  // In [0, n), for any shift.
+  if (s == 0) return x;
+  return concat({slice(x, a, n - s, n, 1, site), slice(x, a, 0, n - s, 1, site)}, a, site);
+}
+
+Tensor tile(const Tensor& x, const Dims& reps, std::source_location site) {
+  TANDEM_CHECK(static_cast<int>(reps.size()) == x.rank(), "tile: reps has ", reps.size(),
+               " entries, x has shape ", x.shape().to_string(), " (one per axis)");
+  Tensor y = x;
+  for (int axis = 0; axis < x.rank(); ++axis) {
+    const int64_t r = reps[static_cast<size_t>(axis)];
+    TANDEM_CHECK(
+        r >= 1 && r <= std::numeric_limits<int32_t>::max() / std::max<int64_t>(1, x.shape()[axis]),
+        "tile: reps[", axis, "] = ", r, " must be >= 1 and keep the axis in range (x ",
+        x.shape().to_string(), ")");
+    if (r > 1) y = concat(std::vector<Tensor>(static_cast<size_t>(r), y), axis, site);
+  }
+  return y;
+}
+
+}  // namespace tandem

@@ -1,0 +1,59 @@
+// Ops written as compositions of the registry's ops: masked_fill,
+// logsumexp, tril / triu, flip, roll and tile, with torch's semantics.
+//
+//   Tensor scores = masked_fill(scores, padding, -INFINITY);
+//   Tensor lse = logsumexp(logits, {-1});
+//   Tensor causal = tril(ones({4, 4}));
+//
+// Note [Composite ops]
+// Each is a few registry ops (where, take, concat, slice, max, sum...), so
+// gradients, hybridize, export and every device come from those ops and a
+// traced graph holds them like a hand-written composition. A dedicated
+// kernel would save passes; none of these is hot in the models Tandem runs
+// today. Axes may be negative (-1 is the last); an axis out of range, or
+// listed twice, is a tandem::Error naming the function, the axis and the
+// shape.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+
+#include "core/tensor.h"
+#include "eager/ops.h"
+
+namespace tandem {
+
+// x where `mask` is false, `value` where it is true (mask: bool,
+// broadcastable to x's shape).
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value,
+                   std::source_location where = std::source_location::current());
+
+// log(sum(exp(x))) over `axes` (all when empty), computed around the
+// maximum so that large values do not overflow; -inf where every element is
+// -inf, as torch.logsumexp.
+Tensor logsumexp(const Tensor& x, const Dims& axes = {}, bool keepdims = false,
+                 std::source_location where = std::source_location::current());
+
+// The lower (tril) or upper (triu) triangle of the last two axes, the rest
+// zero: element (i, j) is kept when j - i <= diagonal (tril) or j - i >=
+// diagonal (triu), as torch.tril / torch.triu.
+Tensor tril(const Tensor& x, int64_t diagonal = 0,
+            std::source_location where = std::source_location::current());
+Tensor triu(const Tensor& x, int64_t diagonal = 0,
+            std::source_location where = std::source_location::current());
+
+// x with the order of its elements reversed along each of `axes`.
+Tensor flip(const Tensor& x, const Dims& axes,
+            std::source_location where = std::source_location::current());
+
+// x shifted by `shift` positions along `axis`, elements leaving one end
+// entering at the other (any shift, negative included, as torch.roll).
+Tensor roll(const Tensor& x, int64_t shift, int64_t axis,
+            std::source_location where = std::source_location::current());
+
+// x repeated reps[i] times along axis i, as torch's Tensor.repeat and
+// NumPy's tile (reps has one entry per axis; each >= 1).
+Tensor tile(const Tensor& x, const Dims& reps,
+            std::source_location where = std::source_location::current());
+
+}  // namespace tandem
