@@ -555,4 +555,35 @@ void deploy_figures(Load load, Run run) {
   emit("peak_rss_mib", proc_status_mib("VmHWM"));
 }
 
+// ---------------------------------------------------------------------------
+// (7) Sequence models: attention and an LSTM layer, forward + backward.
+// ---------------------------------------------------------------------------
+
+// The workloads of bench_sequence and the peer's "sequence" mode: attention
+// over [batch 8, heads 8, seq, dim 64] for seq 128 and 512 (q, k and v
+// require grad; the loss is the sum of the output), and one LSTM layer of
+// hidden and input size 256 over [batch 32, seq 100] (the loss is the sum of
+// its output; the parameters get gradients).
+struct SequenceShapes {
+  static constexpr int64_t kAttentionBatch = 8, kHeads = 8, kHeadDim = 64;
+  static constexpr int64_t kLstmBatch = 32, kLstmLength = 100, kLstmSize = 256;
+  static constexpr int kWarmup = 2, kRuns = 10;
+};
+
+// Runs `step` (one forward + backward that waits for its result) kWarmup
+// times, then reports the median of kRuns as `ms` and the peak RSS as
+// `peak_rss_mib`: one workload per child process, so the peak is its own.
+template <class Step>
+void sequence_figures(Step step) {
+  for (int i = 0; i < SequenceShapes::kWarmup; ++i) step();
+  std::vector<double> samples;
+  for (int i = 0; i < SequenceShapes::kRuns; ++i) {
+    Clock::time_point begin = Clock::now();
+    step();
+    samples.push_back(ns_between(begin, Clock::now()) / 1e6);
+  }
+  emit("ms", median(samples));
+  emit("peak_rss_mib", proc_status_mib("VmHWM"));
+}
+
 }  // namespace bench

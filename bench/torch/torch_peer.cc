@@ -11,9 +11,11 @@
 //   torch_peer deploy --model FILE.pt         # torch::jit::load + first and steady calls
 //   torch_peer standard-train --model mlp|lenet --batch B --data DIR
 //   torch_peer standard-infer --model mlp|lenet   # eager latency at batch 1 and 64
+//   torch_peer sequence --workload attention|lstm [--seq N]   # forward + backward
 //
 // Threads: Note [libtorch configurations]. The caller sets OMP_NUM_THREADS
 // and the BLAS; this program fixes ATen's pools before any op runs.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -221,6 +223,42 @@ void run_deploy(const std::string& path) {
                         });
 }
 
+// ---------------------------------------------------------------------------
+// (6) Sequence models: bench_sequence's workloads (bench/harness.h,
+// SequenceShapes). Attention uses torch's fused scaled_dot_product_attention
+// where the library has it (PyTorch 2), the same math written out otherwise.
+// ---------------------------------------------------------------------------
+
+void run_sequence(const std::string& workload, int64_t seq) {
+  using S = bench::SequenceShapes;
+  if (workload == "attention") {
+    const std::vector<int64_t> shape = {S::kAttentionBatch, S::kHeads, seq, S::kHeadDim};
+    torch::Tensor q = torch::randn(shape).requires_grad_();
+    torch::Tensor k = torch::randn(shape).requires_grad_();
+    torch::Tensor v = torch::randn(shape).requires_grad_();
+    bench::sequence_figures([&] {
+#if TORCH_VERSION_MAJOR >= 2
+      torch::Tensor y = at::scaled_dot_product_attention(q, k, v);
+#else
+      torch::Tensor y = torch::matmul(
+          torch::softmax(torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(S::kHeadDim)),
+                         -1),
+          v);
+#endif
+      y.sum().backward();
+      if (q.grad().data_ptr<float>()[0] == 12345.f) std::abort();  // Keep the result.
+    });
+    return;
+  }
+  torch::nn::LSTM lstm(torch::nn::LSTMOptions(S::kLstmSize, S::kLstmSize).batch_first(true));
+  torch::Tensor x = torch::randn({S::kLstmBatch, S::kLstmLength, S::kLstmSize});
+  bench::sequence_figures([&] {
+    lstm->zero_grad();
+    std::get<0>(lstm->forward(x)).sum().backward();
+    if (lstm->parameters()[0].grad().data_ptr<float>()[0] == 12345.f) std::abort();
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -232,6 +270,9 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "ops") {
     run_ops();
+  } else if (mode == "sequence") {
+    run_sequence(bench::flag(argc, argv, "--workload", "attention"),
+                 std::stoll(bench::flag(argc, argv, "--seq", "128")));
   } else if (mode == "gemm") {
     run_gemm();
   } else if (mode == "deploy") {
@@ -246,10 +287,11 @@ int main(int argc, char** argv) {
   } else if (mode == "standard-infer") {
     run_standard_infer(bench::flag(argc, argv, "--model", "mlp"));
   } else {
-    std::fprintf(stderr,
-                 "usage: torch_peer ops | gemm | train --model mlp|cnn --steps N | deploy --model "
-                 "FILE.pt | standard-train --model mlp|lenet --batch B --data DIR | "
-                 "standard-infer --model mlp|lenet\n");
+    std::fprintf(
+        stderr,
+        "usage: torch_peer ops | gemm | train --model mlp|cnn --steps N | deploy --model "
+        "FILE.pt | standard-train --model mlp|lenet --batch B --data DIR | "
+        "standard-infer --model mlp|lenet | sequence --workload attention|lstm [--seq N]\n");
     return 2;
   }
   return 0;

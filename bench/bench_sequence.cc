@@ -1,0 +1,114 @@
+// Sequence models, Tandem vs libtorch: attention forward + backward at
+// [batch 8, heads 8, seq 128 / 512, dim 64], and one LSTM layer (input and
+// hidden 256, batch 32, seq 100) forward + backward; Tandem eager and with
+// the whole forward + backward hybridized. Each row is a child process of
+// its own (Note [Side by side in separate processes]), so its peak RSS is
+// its own too.
+//
+//   build/release/bench/bench_sequence      # ~2 min
+//
+// Tandem's attention and LSTM are compositions of registry ops (Note
+// [Attention as a composition of ops], Note [Recurrence as a composition of
+// ops]); libtorch 2 has a fused attention kernel and both libtorches a fused
+// LSTM, which is what the rows compare against.
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/harness.h"
+#include "tandem/tandem.h"
+
+namespace {
+
+using bench::SequenceShapes;
+using tandem::Tensor;
+
+// One child: a workload eager or hybridized, reporting ms and peak_rss_mib.
+void sequence_child(const std::string& workload, int64_t seq, bool hybridized) {
+  namespace nn = tandem::nn;
+  using S = SequenceShapes;
+  std::function<Tensor()> forward;  // The loss.
+  std::vector<Tensor> leaves;       // What gets gradients.
+  std::shared_ptr<nn::LSTM> lstm;
+  Tensor q, k, v, x;
+  if (workload == "attention") {
+    const tandem::Dims shape = {S::kAttentionBatch, S::kHeads, seq, S::kHeadDim};
+    q = tandem::randn(shape).requires_grad_();
+    k = tandem::randn(shape).requires_grad_();
+    v = tandem::randn(shape).requires_grad_();
+    leaves = {q, k, v};
+    forward = [&] { return tandem::sum(nn::scaled_dot_product_attention(q, k, v)); };
+  } else {
+    lstm = std::make_shared<nn::LSTM>(
+        nn::RecurrentOptions{.input_size = S::kLstmSize, .hidden_size = S::kLstmSize});
+    x = tandem::randn({S::kLstmBatch, S::kLstmLength, S::kLstmSize});
+    leaves = lstm->parameters();
+    forward = [&] { return tandem::sum((*lstm)(x)); };
+  }
+  const auto step = [&] {
+    for (const Tensor& t : leaves) t.zero_grad_();
+    Tensor loss = forward();
+    loss.backward();
+    return std::vector<Tensor>{loss};
+  };
+  tandem::HybridFunction traced =
+      tandem::hybridize([&](const std::vector<Tensor>&) { return step(); });
+  bench::sequence_figures([&] {
+    Tensor loss = hybridized ? traced({})[0] : step()[0];
+    leaves.front().grad().wait_to_read();
+    loss.wait_to_read();
+  });
+}
+
+struct Row {
+  std::string label;
+  std::string args;  // The child's and the peer's.
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (bench::has_flag(argc, argv, "--child")) {
+    sequence_child(bench::flag(argc, argv, "--child", "attention"),
+                   std::stoll(bench::flag(argc, argv, "--seq", "128")),
+                   bench::has_flag(argc, argv, "--hybridize"));
+    return 0;
+  }
+  const std::vector<Row> rows = {
+      {"attention, seq 128", "--workload attention --seq 128"},
+      {"attention, seq 512", "--workload attention --seq 512"},
+      {"LSTM, seq 100, hidden 256", "--workload lstm"},
+  };
+  const std::vector<bench::TorchConfig> configs = bench::torch_configs();
+  std::printf("Sequence models, forward + backward: median ms of %d runs, peak RSS MiB\n",
+              SequenceShapes::kRuns);
+  // The last column: this row's time over Tandem eager's (above 1: Tandem
+  // eager is faster).
+  std::printf("  %-28s %-22s %10s %10s %12s\n", "workload", "who", "ms", "peak MiB", "ms / eager");
+  for (const Row& row : rows) {
+    const std::string workload = row.args.find("lstm") != std::string::npos ? "lstm" : "attention";
+    const std::string seq = row.args.substr(row.args.rfind(' ') + 1);
+    const std::string child = bench::program_beside("bench_sequence") + " --child " + workload +
+                              (workload == "attention" ? " --seq " + seq : "");
+    std::vector<std::pair<std::string, std::optional<bench::Results>>> results;
+    results.emplace_back("Tandem eager", bench::run_child(child));
+    results.emplace_back("Tandem hybridized", bench::run_child(child + " --hybridize"));
+    for (const bench::TorchConfig& config : configs) {
+      results.emplace_back("libtorch " + config.label,
+                           bench::run_torch_peer(config, "sequence " + row.args));
+    }
+    const double ours = results.front().second ? bench::get(*results.front().second, "ms") : 0;
+    for (const auto& [who, r] : results) {
+      if (!r) {
+        std::printf("  %-28s %-22s %10s\n", row.label.c_str(), who.c_str(), "failed");
+        continue;
+      }
+      const double ms = bench::get(*r, "ms");
+      std::printf("  %-28s %-22s %10.2f %10.1f %11.2fx\n", row.label.c_str(), who.c_str(), ms,
+                  bench::get(*r, "peak_rss_mib"), ms / ours);
+    }
+  }
+  if (configs.empty()) bench::print_no_peer_note();
+  return 0;
+}
