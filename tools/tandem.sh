@@ -21,12 +21,14 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 # __builtin_source_location, which std::source_location needs. ocl-icd-opencl-dev is only a
 # Recommends of libdnnl-dev, but Debian's dnnl-config.cmake requires OpenCL (its GPU runtime is
 # OCL), so find_package(dnnl) fails without it on a machine that installs no recommends.
+# dataset-fashion-mnist and fortunes are the tutorials' data: the images tutorial 02 trains on,
+# the text (/usr/share/games/fortunes) tutorial 05's language model reads.
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev
   clang-format clang-16 libclang-rt-16-dev libomp-16-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
 )
 
 # Installed by `bench` only, never by `deps` or CI: libtorch is the benchmarks' side-by-side peer,

@@ -25,8 +25,6 @@
 //      default) and a few test images as .npy files, for
 //      tutorials/04_deploy.cpp and tools/tandem-run, which need none of this
 //      code to run it.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +33,9 @@
 #include <string>
 
 #include "tandem/tandem.h"
+
+#include "flags.h"
+#include "progress.h"
 
 using namespace tandem;
 using Clock = std::chrono::steady_clock;
@@ -53,38 +54,21 @@ struct Flags {
   Device device;            // --device cpu (the default), cuda or cuda:N.
 };
 
-Flags parse_flags(int argc, char** argv) {
+Flags parse_command_line(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&] {
-      TANDEM_CHECK(i + 1 < argc, "flag ", arg, " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (arg == "--model") {
-      flags.model = value();
-    } else if (arg == "--epochs") {
-      flags.epochs = std::atoi(value().c_str());
-    } else if (arg == "--batch-size") {
-      flags.batch_size = std::atoll(value().c_str());
-    } else if (arg == "--lr") {
-      flags.lr = std::atof(value().c_str());
-    } else if (arg == "--seed") {
-      flags.seed = std::strtoull(value().c_str(), nullptr, 10);
-    } else if (arg == "--quick") {
-      flags.quick = true;
-    } else if (arg == "--hybridize") {
-      flags.hybridize = true;
-    } else if (arg == "--export") {
-      flags.export_path = value();
-    } else if (arg == "--device") {
-      flags.device = Device::parse(value());
-    } else {
-      TANDEM_CHECK(false, "unknown flag '", arg,
-                   "'; expected --model cnn|mlp, --epochs, --batch-size, --lr, --seed, --quick, "
-                   "--hybridize, --export PATH, --device cpu|cuda|cuda:N");
-    }
-  }
+  parse_flags(
+      argc, argv,
+      {{"--model", [&](const std::string& v) { flags.model = v; }},
+       {"--epochs", [&](const std::string& v) { flags.epochs = std::atoi(v.c_str()); }},
+       {"--batch-size", [&](const std::string& v) { flags.batch_size = std::atoll(v.c_str()); }},
+       {"--lr", [&](const std::string& v) { flags.lr = std::atof(v.c_str()); }},
+       {"--seed",
+        [&](const std::string& v) { flags.seed = std::strtoull(v.c_str(), nullptr, 10); }},
+       {"--export", [&](const std::string& v) { flags.export_path = v; }},
+       {"--device", [&](const std::string& v) { flags.device = Device::parse(v); }}},
+      {{"--quick", [&] { flags.quick = true; }}, {"--hybridize", [&] { flags.hybridize = true; }}},
+      "--model cnn|mlp, --epochs, --batch-size, --lr, --seed, --quick, --hybridize, --export "
+      "PATH, --device cpu|cuda|cuda:N");
   TANDEM_CHECK(flags.model == "cnn" || flags.model == "mlp", "--model must be cnn or mlp");
   if (flags.epochs == 0) flags.epochs = flags.model == "cnn" ? 3 : 10;
   if (flags.export_path.empty()) flags.export_path = "fashion_mnist_" + flags.model;
@@ -119,34 +103,10 @@ Tensor count_correct(const Tensor& logits, const Tensor& labels) {
   return sum(cast(eq(argmax(logits, 1), labels), DType::kInt64));
 }
 
-// One line of progress: redrawn in place on a terminal, plain lines in a log.
-class Progress {
- public:
-  explicit Progress(int64_t total) : total_(total), terminal_(isatty(STDOUT_FILENO)) {}
-  void show(int epoch, int64_t step, double loss, double accuracy, double samples_per_second) {
-    int width = 30;
-    int filled = static_cast<int>(width * step / total_);
-    std::string bar(filled, '#');
-    bar.resize(width, '.');
-    std::printf("%sepoch %d [%s] %4lld/%lld  loss %.4f  acc %5.1f%%  %6.0f samples/s%s",
-                terminal_ ? "\r" : "", epoch, bar.c_str(), static_cast<long long>(step),
-                static_cast<long long>(total_), loss, 100 * accuracy, samples_per_second,
-                terminal_ ? "" : "\n");
-    std::fflush(stdout);
-  }
-  void end_epoch() {
-    if (terminal_) std::printf("\n");
-  }
-
- private:
-  int64_t total_;
-  bool terminal_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) try {
-  Flags flags = parse_flags(argc, argv);
+  Flags flags = parse_command_line(argc, argv);
   manual_seed(flags.seed);
 
   // 1. The data: 60000 training and 10000 test images of 10 kinds of clothing.
@@ -226,8 +186,11 @@ int main(int argc, char** argv) try {
         window_correct = Tensor();
         window_seen = 0;
         double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        progress.show(epoch, step, loss.item<float>(), static_cast<double>(correct) / seen,
+        char figures[96];
+        std::snprintf(figures, sizeof figures, "loss %.4f  acc %5.1f%%  %6.0f samples/s",
+                      loss.item<float>(), 100.0 * static_cast<double>(correct) / seen,
                       seen / seconds);
+        progress.show(epoch, step, figures);
       }
     }
     progress.end_epoch();
