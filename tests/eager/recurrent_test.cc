@@ -242,7 +242,7 @@ TEST(Recurrent, GradientsMatchCentralDifferences) {
     check(x, leaf_x.grad(), [&](const Tensor& t) { return objective(t, h0).item<double>(); });
     check(h0, leaf_h.grad(), [&](const Tensor& t) { return objective(x, t).item<double>(); });
     // One parameter: the recurrent weights of the reverse direction.
-    const Tensor& w = m.named_parameters()[5].second;  // weight_hh_l0_reverse
+    const Tensor w = m.named_parameters()[5].second;  // weight_hh_l0_reverse, a handle
     ASSERT_EQ(m.named_parameters()[5].first, "weight_hh_l0_reverse");
     const Tensor saved = add(w, 0.0);
     check(saved, w.grad(), [&](const Tensor& t) {
