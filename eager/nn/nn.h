@@ -12,7 +12,7 @@
 // activation.h  ReLU, LeakyReLU, GELU, Sigmoid, Tanh, Softmax, ...
 // dropout.h     Dropout           pooling.h  MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
 // flatten.h     Flatten           embedding.h  Embedding
-// sequential.h  Sequential
+// sequential.h  Sequential        containers.h  ModuleList, ModuleDict
 // attention.h   scaled_dot_product_attention, MultiheadAttention
 // transformer.h TransformerEncoderLayer, TransformerEncoder
 // recurrent.h   RNN, LSTM, GRU
@@ -22,6 +22,7 @@
 
 #include "eager/nn/activation.h"
 #include "eager/nn/attention.h"
+#include "eager/nn/containers.h"
 #include "eager/nn/conv.h"
 #include "eager/nn/dropout.h"
 #include "eager/nn/embedding.h"

@@ -609,5 +609,52 @@ TEST(NnSequenceModulesTest, PositionalEncodingAddsTheSinusoids) {
   EXPECT_GT(zeros, 5);
 }
 
+TEST(NnContainersTest, ModuleListAndModuleDict) {
+  nn::ModuleList list(nn::Linear(2, 3), nn::ReLU());
+  list.push_back(std::make_shared<nn::Linear>(3, 1));
+  EXPECT_EQ(list.size(), 3u);
+  EXPECT_EQ(names_of(list.named_parameters()),
+            (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  EXPECT_EQ(list.at<nn::Linear>(2)->options().out_features, 1);
+  size_t visited = 0;
+  for (const auto& module : list) visited += module != nullptr;
+  EXPECT_EQ(visited, 3u);
+  expect_error([&] { list[3]; }, {"ModuleList index 3 is out of range for 3 modules"});
+  expect_error([&] { list.at<nn::Linear>(1); }, {"ModuleList::at(1)", "ReLU"});
+  expect_error([&] { list.forward(ones({1, 2})); }, {"ModuleList has no single-input forward"});
+
+  nn::ModuleDict dict;
+  dict.insert("encoder", nn::Linear(4, 2));
+  auto head = std::make_shared<nn::Linear>(2, 1);
+  EXPECT_EQ(dict.insert("head", head), head);  // A shared_ptr is shared, not copied.
+  EXPECT_TRUE(dict.contains("head"));
+  EXPECT_FALSE(dict.contains("decoder"));
+  EXPECT_EQ(dict.keys(), (std::vector<std::string>{"encoder", "head"}));
+  EXPECT_EQ(
+      names_of(dict.named_parameters()),
+      (std::vector<std::string>{"encoder.weight", "encoder.bias", "head.weight", "head.bias"}));
+  expect_error([&] { dict["decoder"]; }, {"no module 'decoder'", "encoder, head"});
+  expect_error([&] { dict.insert("head", nn::ReLU()); }, {"head"});
+}
+
+TEST(NnEmbeddingTest, PaddingIdxGivesZerosAndNoGradient) {
+  nn::Embedding embed(5, 3, DType::kFloat32, /*padding_idx=*/-1);  // Row 4.
+  EXPECT_EQ(embed.padding_idx(), 4);
+  std::vector<float> weight = embed.weight().to_vector<float>();
+  EXPECT_THAT(std::vector<float>(weight.begin() + 12, weight.end()), ::testing::Each(0.0f));
+  Tensor tokens = Tensor::from_vector<int64_t>({1, 4, 4, 2}, {2, 2});
+  Tensor out = embed.forward(tokens);
+  std::vector<float> y = out.to_vector<float>();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(y[static_cast<size_t>(i)], weight[3 + i]);  // Row 1.
+  EXPECT_THAT(std::vector<float>(y.begin() + 3, y.begin() + 9), ::testing::Each(0.0f));
+  sum(mul(out, full({2, 2, 3}, 2.0))).backward();
+  std::vector<float> grad = embed.weight().grad().to_vector<float>();
+  EXPECT_THAT(std::vector<float>(grad.begin() + 12, grad.end()), ::testing::Each(0.0f));
+  EXPECT_EQ(grad[3], 2.0f);  // Row 1, used once.
+  EXPECT_EQ(embed.to_string(), "Embedding(5, 3, padding_idx=4)");
+  expect_error([] { nn::Embedding(5, 3, DType::kFloat32, 5); },
+               {"padding_idx 5 is out of range for 5 embeddings"});
+}
+
 }  // namespace
 }  // namespace tandem
