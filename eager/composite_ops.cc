@@ -16,19 +16,25 @@ int axis_of(const Tensor& x, int64_t axis, const char* op) {
   return static_cast<int>(axis < 0 ? axis + x.rank() : axis);
 }
 
-// Whether element (i, j) of the last two axes has j - i <= diagonal (lower)
-// or >= diagonal (upper), as a bool [rows, cols] tensor.
+// Whether j - i <= diagonal (lower) or >= diagonal (upper), as a bool
+// [rows, cols] tensor.
+Tensor triangle_mask(int64_t rows, int64_t cols, int64_t diagonal, bool lower, Device device,
+                     std::source_location site) {
+  Tensor i = reshape(arange(0, static_cast<double>(rows), 1, DType::kInt64, device, site),
+                     {rows, 1}, site);
+  Tensor j = arange(0, static_cast<double>(cols), 1, DType::kInt64, device, site);
+  // j - i <= diagonal  <=>  j <= i + diagonal.
+  Tensor shifted =
+      add(i, full({}, static_cast<double>(diagonal), DType::kInt64, device, site), site);
+  return lower ? le(j, shifted, site) : ge(j, shifted, site);
+}
+
+// The lower (tril) or upper (triu) triangle of x's last two axes.
 Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op,
                 std::source_location site) {
   TANDEM_CHECK(x.rank() >= 2, op, " needs at least two axes, got shape ", x.shape().to_string());
-  const int64_t rows = x.shape().dim(-2), cols = x.shape().dim(-1);
-  Tensor i = reshape(arange(0, static_cast<double>(rows), 1, DType::kInt64, x.device(), site),
-                     {rows, 1}, site);
-  Tensor j = arange(0, static_cast<double>(cols), 1, DType::kInt64, x.device(), site);
-  // j - i <= diagonal  <=>  j <= i + diagonal.
-  Tensor shifted =
-      add(i, full({}, static_cast<double>(diagonal), DType::kInt64, x.device(), site), site);
-  Tensor keep = lower ? le(j, shifted, site) : ge(j, shifted, site);
+  Tensor keep =
+      triangle_mask(x.shape().dim(-2), x.shape().dim(-1), diagonal, lower, x.device(), site);
   return where(keep, x, full({}, 0.0, x.dtype(), x.device(), site), site);
 }
 
@@ -52,6 +58,11 @@ Tensor logsumexp(const Tensor& x, const Dims& axes, bool keepdims, std::source_l
   // sum over the reduced axes of size 1 drops them without a reshape.
   Tensor shift_out = keepdims ? shift : sum(shift, axes, /*keepdims=*/false, site);
   return add(log(total, site), shift_out, site);
+}
+
+Tensor tril_mask(int64_t rows, int64_t cols, int64_t diagonal, Device device,
+                 std::source_location site) {
+  return triangle_mask(rows, cols, diagonal, /*lower=*/true, device, site);
 }
 
 Tensor tril(const Tensor& x, int64_t diagonal, std::source_location site) {

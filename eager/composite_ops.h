@@ -1,5 +1,6 @@
 // Ops written as compositions of the registry's ops: masked_fill,
-// logsumexp, tril / triu, flip, roll and tile, with torch's semantics.
+// logsumexp, tril / triu (and tril_mask), flip, roll and tile, with torch's
+// semantics.
 //
 //   Tensor scores = masked_fill(scores, padding, -INFINITY);
 //   Tensor lse = logsumexp(logits, {-1});
@@ -41,6 +42,10 @@ Tensor tril(const Tensor& x, int64_t diagonal = 0,
             std::source_location where = std::source_location::current());
 Tensor triu(const Tensor& x, int64_t diagonal = 0,
             std::source_location where = std::source_location::current());
+// The bool [rows, cols] mask tril keeps: true where j - i <= diagonal (at
+// diagonal 0, the causal mask of attention: query i sees keys 0..i).
+Tensor tril_mask(int64_t rows, int64_t cols, int64_t diagonal = 0, Device device = Device::cpu(),
+                 std::source_location where = std::source_location::current());
 
 // x with the order of its elements reversed along each of `axes`.
 Tensor flip(const Tensor& x, const Dims& axes,

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "eager/composite_ops.h"
 #include "eager/nn/init.h"
 #include "eager/ops.h"
 
@@ -67,10 +68,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   Tensor scores =
       matmul(mul(query, factor, site), transpose(key, swap_last_two(key.rank()), site), site);
   if (is_causal) {
-    Tensor rows =
-        reshape(arange(0, queries, 1, DType::kInt64, query.device(), site), {queries, 1}, site);
-    Tensor cols = arange(0, keys, 1, DType::kInt64, query.device(), site);
-    scores = keep_allowed(scores, ge(rows, cols, site), site);
+    scores = keep_allowed(scores, tril_mask(queries, keys, 0, query.device(), site), site);
   }
   if (attn_mask.defined()) {
     scores = attn_mask.dtype() == DType::kBool ? keep_allowed(scores, attn_mask, site)

@@ -15,21 +15,6 @@ LayerNormOptions norm_options(const TransformerLayerOptions& o) {
           .dtype = o.dtype};
 }
 
-// The layers of a stack, for registration as the Sequential "layers"
-// ("layers.0", ...), as torch's ModuleList.
-template <class Layer>
-std::shared_ptr<Sequential> stack_of(const TransformerLayerOptions& options, int64_t num_layers,
-                                     const char* type,
-                                     std::vector<std::shared_ptr<Layer>>& layers) {
-  TANDEM_CHECK(num_layers > 0, type, " needs num_layers > 0, got ", num_layers);
-  auto stack = std::make_shared<Sequential>();
-  for (int64_t i = 0; i < num_layers; ++i) {
-    layers.push_back(std::make_shared<Layer>(options));
-    stack->push_back(layers.back());
-  }
-  return stack;
-}
-
 }  // namespace
 
 TransformerLayerBase::TransformerLayerBase(const TransformerLayerOptions& options, const char* type)
@@ -111,30 +96,35 @@ Tensor TransformerEncoderLayer::encode(const Tensor& x, const Tensor& mask,
   return residual(h, *norm2_, [&](const Tensor& in) { return feed_forward_block(in, *dropout2_); });
 }
 
-TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& layer, int64_t num_layers,
-                                       bool final_norm) {
-  stack_ = register_module("layers", stack_of(layer, num_layers, "TransformerEncoder", layers_));
+template <class Layer>
+TransformerStack<Layer>::TransformerStack(const TransformerLayerOptions& layer, int64_t num_layers,
+                                          bool final_norm, const char* type) {
+  TANDEM_CHECK(num_layers > 0, type, " needs num_layers > 0, got ", num_layers);
+  stack_ = register_module("layers", std::make_shared<Sequential>());
+  for (int64_t i = 0; i < num_layers; ++i) {
+    layers_.push_back(std::make_shared<Layer>(layer));
+    stack_->push_back(layers_.back());
+  }
   if (final_norm) norm_ = register_module("norm", std::make_shared<LayerNorm>(norm_options(layer)));
 }
 
+template <class Layer>
+std::string TransformerStack<Layer>::extra_repr() const {
+  return str_cat("num_layers=", layers_.size(), ", final_norm=", norm_ ? "true" : "false");
+}
+
+template class TransformerStack<TransformerEncoderLayer>;
+template class TransformerStack<TransformerDecoderLayer>;
+
 Tensor TransformerEncoder::forward(const Tensor& x) {
-  Tensor y = (*stack_)(x, call_site());
-  return norm_ ? (*norm_)(y, call_site()) : y;
+  return final_norm((*stack_)(x, call_site()));
 }
 
 Tensor TransformerEncoder::forward(const Tensor& x, const Tensor& mask,
                                    const Tensor& key_padding_mask, std::source_location where) {
-  CallScope call(*this, where);
-  Tensor y = x;
-  {
-    CallScope in_stack(*stack_, where);
-    for (const auto& layer : layers_) y = layer->forward(y, mask, key_padding_mask, where);
-  }
-  return norm_ ? (*norm_)(y, call_site()) : y;
-}
-
-std::string TransformerEncoder::extra_repr() const {
-  return str_cat("num_layers=", layers_.size(), ", final_norm=", norm_ ? "true" : "false");
+  return through_layers(x, where, [&](TransformerEncoderLayer& layer, const Tensor& y) {
+    return layer.forward(y, mask, key_padding_mask, where);
+  });
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& options)
@@ -165,26 +155,12 @@ Tensor TransformerDecoderLayer::decode(const Tensor& tgt, const Tensor& memory,
   return residual(h, *norm3_, [&](const Tensor& in) { return feed_forward_block(in, *dropout3_); });
 }
 
-TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& layer, int64_t num_layers,
-                                       bool final_norm) {
-  stack_ = register_module("layers", stack_of(layer, num_layers, "TransformerDecoder", layers_));
-  if (final_norm) norm_ = register_module("norm", std::make_shared<LayerNorm>(norm_options(layer)));
-}
-
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
                                    const TransformerDecoderMasks& masks,
                                    std::source_location where) {
-  CallScope call(*this, where);
-  Tensor y = tgt;
-  {
-    CallScope in_stack(*stack_, where);
-    for (const auto& layer : layers_) y = layer->forward(y, memory, masks, where);
-  }
-  return norm_ ? (*norm_)(y, call_site()) : y;
-}
-
-std::string TransformerDecoder::extra_repr() const {
-  return str_cat("num_layers=", layers_.size(), ", final_norm=", norm_ ? "true" : "false");
+  return through_layers(tgt, where, [&](TransformerDecoderLayer& layer, const Tensor& y) {
+    return layer.forward(y, memory, masks, where);
+  });
 }
 
 Transformer::Transformer(const TransformerOptions& options) {

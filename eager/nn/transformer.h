@@ -93,6 +93,40 @@ class TransformerLayerBase : public Module {
   std::shared_ptr<Dropout> dropout1_, dropout2_;
 };
 
+// What TransformerEncoder and TransformerDecoder share: `num_layers` layers
+// made from the same options (each with its own parameters), registered as
+// the Sequential "layers" ("layers.0", ...), then, when `final_norm`, a
+// LayerNorm "norm" (usual with norm_first layers).
+template <class Layer>
+class TransformerStack : public Module {
+ public:
+  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
+  std::string extra_repr() const override;
+
+ protected:
+  TransformerStack(const TransformerLayerOptions& layer, int64_t num_layers, bool final_norm,
+                   const char* type);
+  // `call_layer(layer, y)` for each layer in turn, then the final norm, as a
+  // call of this module from `where`.
+  template <class CallLayer>
+  Tensor through_layers(const Tensor& x, std::source_location where, CallLayer&& call_layer) {
+    CallScope call(*this, where);
+    Tensor y = x;
+    {
+      CallScope in_stack(*stack_, where);
+      for (const auto& layer : layers_) y = call_layer(*layer, y);
+    }
+    return final_norm(y);
+  }
+  Tensor final_norm(const Tensor& y) { return norm_ ? (*norm_)(y, call_site()) : y; }
+
+  std::shared_ptr<Sequential> stack_;  // "layers": the layers_, in order.
+
+ private:
+  std::vector<std::shared_ptr<Layer>> layers_;
+  std::shared_ptr<LayerNorm> norm_;  // Null without final_norm.
+};
+
 class TransformerEncoderLayer : public TransformerLayerBase {
  public:
   explicit TransformerEncoderLayer(const TransformerLayerOptions& options);
@@ -110,26 +144,17 @@ class TransformerEncoderLayer : public TransformerLayerBase {
   Tensor encode(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask);
 };
 
-// `num_layers` layers made from the same options (each with its own
-// parameters), then, when `final_norm`, a LayerNorm "norm" (usual with
-// norm_first layers).
-class TransformerEncoder : public Module {
+class TransformerEncoder : public TransformerStack<TransformerEncoderLayer> {
  public:
   TransformerEncoder(const TransformerLayerOptions& layer, int64_t num_layers,
-                     bool final_norm = false);
+                     bool final_norm = false)
+      : TransformerStack(layer, num_layers, final_norm, "TransformerEncoder") {}
 
   Tensor forward(const Tensor& x) override;
   Tensor forward(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask,
                  std::source_location where = std::source_location::current());
 
   std::string type_name() const override { return "TransformerEncoder"; }
-  std::string extra_repr() const override;
-  const std::vector<std::shared_ptr<TransformerEncoderLayer>>& layers() const { return layers_; }
-
- private:
-  std::shared_ptr<Sequential> stack_;  // "layers": the layers_, in order.
-  std::vector<std::shared_ptr<TransformerEncoderLayer>> layers_;
-  std::shared_ptr<LayerNorm> norm_;  // Null without final_norm.
 };
 
 // The masks of a decoder's call, with MultiheadAttention's conventions
@@ -162,22 +187,16 @@ class TransformerDecoderLayer : public TransformerLayerBase {
   std::shared_ptr<Dropout> dropout3_;
 };
 
-class TransformerDecoder : public Module {
+class TransformerDecoder : public TransformerStack<TransformerDecoderLayer> {
  public:
   TransformerDecoder(const TransformerLayerOptions& layer, int64_t num_layers,
-                     bool final_norm = false);
+                     bool final_norm = false)
+      : TransformerStack(layer, num_layers, final_norm, "TransformerDecoder") {}
 
   Tensor forward(const Tensor& tgt, const Tensor& memory, const TransformerDecoderMasks& masks = {},
                  std::source_location where = std::source_location::current());
 
   std::string type_name() const override { return "TransformerDecoder"; }
-  std::string extra_repr() const override;
-  const std::vector<std::shared_ptr<TransformerDecoderLayer>>& layers() const { return layers_; }
-
- private:
-  std::shared_ptr<Sequential> stack_;  // "layers".
-  std::vector<std::shared_ptr<TransformerDecoderLayer>> layers_;
-  std::shared_ptr<LayerNorm> norm_;
 };
 
 struct TransformerOptions {
