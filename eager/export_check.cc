@@ -117,14 +117,16 @@ std::string locate(const serialization::GraphFile& file, const std::string& writ
                           node_text(file, v.node));
 }
 
-// One example per data input (see the header).
-std::vector<Tensor> example_inputs(const trace::Graph& graph) {
+// One example per data input (see the header), of `shapes` (one per data
+// input) or else the graph's own.
+std::vector<Tensor> example_inputs(const trace::Graph& graph, absl::Span<const Shape> shapes = {}) {
   std::vector<Tensor> examples;
   int64_t seed = 0x5eed;
   for (const trace::GraphInput& input : graph.inputs) {
     if (input.kind != trace::InputKind::kData) continue;
     const trace::Value& v = graph.value(input.value);
-    const std::vector<int64_t> dims(v.shape.begin(), v.shape.end());
+    const Shape& shape = shapes.empty() ? v.shape : shapes[examples.size()];
+    const std::vector<int64_t> dims(shape.begin(), shape.end());
     if (is_floating_point(v.dtype)) {
       examples.push_back(kernels::call1(kernels::randn_op(), {},
                                         {{"shape", dims}, {"dtype", v.dtype}, {"seed", seed++}},
@@ -155,12 +157,23 @@ class ScratchFolder {
   std::filesystem::path path_;
 };
 
+// `at_traced`: the example has the traced shapes, where the exported graph's
+// nodes can be compared one by one to find where the two part.
 void check_exported_model(
     const std::string& written, const std::vector<Tensor>& example,
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
-    const std::string& what) {
+    const std::string& what, bool at_traced) {
   LoadedModel loaded = load(written);
-  const std::vector<Tensor> got = loaded.run(example);
+  std::vector<Tensor> got;
+  try {
+    got = loaded.run(example);
+  } catch (const Error& e) {
+    throw Error(str_cat(what,
+                        ": the exported model, loaded as a deployment loads it, fails on "
+                        "inputs of shape ",
+                        example.empty() ? std::string("[]") : example[0].shape().to_string(), ": ",
+                        e.message(), ". Nothing was written"));
+  }
   const std::vector<Tensor> want = eager(example);
   TANDEM_CHECK(got.size() == want.size(), what, ": the loaded model returns ", got.size(),
                " outputs, the eager function ", want.size());
@@ -169,7 +182,13 @@ void check_exported_model(
     if (!d) continue;
     TANDEM_CHECK(false, what, ": the exported model, loaded as a deployment loads it, gives ",
                  "another answer than the eager model: output ", o, " ", loaded.outputs()[o].name,
-                 ": ", *d, "; ", locate(loaded.file(), written, example, o),
+                 " at input shape ",
+                 example.empty() ? std::string("[]") : example[0].shape().to_string(), ": ", *d,
+                 "; ",
+                 at_traced ? locate(loaded.file(), written, example, o)
+                           : std::string("the traced shapes agree, so the graph does not follow "
+                                         "its free dimensions there (a Tandem bug: please report "
+                                         "it)"),
                  ". Nothing was written (ExportOptions{.check = false} skips the check)");
   }
 }
@@ -179,11 +198,14 @@ void check_exported_model(
 void check_export(const std::function<void(const std::string& path)>& write,
                   const trace::Graph& graph,
                   const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
-                  const std::string& what) {
+                  const std::string& what, absl::Span<const std::vector<Shape>> other_shapes) {
   ScratchFolder scratch;
   const std::string trial = scratch.file("model");
   write(trial);
-  check_exported_model(trial, example_inputs(graph), eager, what);
+  check_exported_model(trial, example_inputs(graph), eager, what, /*at_traced=*/true);
+  for (const std::vector<Shape>& shapes : other_shapes) {
+    check_exported_model(trial, example_inputs(graph, shapes), eager, what, /*at_traced=*/false);
+  }
 }
 
 }  // namespace tandem

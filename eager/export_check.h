@@ -2,9 +2,9 @@
 // files an export leaves compute what the eager model computes, read back
 // the way a deployment reads them.
 //
-//   check_export([&](const std::string& to) { export_graph(to, graph, state, options); },
+//   check_export([&](const std::string& to) { export_graph(to, graph, state, symbolic); },
 //                graph, eager_function, "export_model('cnn')");   // throws if they differ
-//   export_graph(path, graph, state, options);                    // only then the real files
+//   export_graph(path, graph, state, symbolic);                   // only then the real files
 //
 // The check has `write` put a trial copy of the model in a scratch folder,
 // loads it with tandem::load (so the loader's own optimization of the graph
@@ -14,12 +14,16 @@
 // value changes once the loader optimizes the graph (a pass that is wrong on
 // an already optimized graph), or else the node that made the differing
 // output (a graph that was wrong as exported). The scratch folder is removed
-// either way; the real destination is never touched.
+// either way; the real destination is never touched. A model with free
+// dimensions is compared again at `other_shapes` (one shape per data input,
+// per check), sizes the trace never saw.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "absl/types/span.h"
 
 #include "core/tensor.h"
 #include "trace/graph.h"
@@ -37,6 +41,6 @@ namespace tandem {
 void check_export(const std::function<void(const std::string& path)>& write,
                   const trace::Graph& graph,
                   const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
-                  const std::string& what);
+                  const std::string& what, absl::Span<const std::vector<Shape>> other_shapes = {});
 
 }  // namespace tandem

@@ -17,6 +17,7 @@
 #include "eager/autograd.h"
 #include "eager/export_check.h"
 #include "eager/ops.h"
+#include "eager/symbolic_trace.h"
 #include "kernels/dispatch.h"
 #include "kernels/known_ops.h"
 #include "trace/passes/pipeline.h"
@@ -832,39 +833,62 @@ void HybridFunction::export_model(const std::string& path,
                "export_model('", path, "'): the graph of '", s.options.name,
                "' updates state or computes gradients, which a loaded model cannot do; export ",
                "an inference function (call it under NoGradGuard, modules in eval mode)");
+  // The export traces afresh, without the passes, at the example's shapes
+  // and, for free dimensions, at the few others that fit its sizes
+  // (eager/symbolic_trace.h); the loader optimizes for the sizes it runs.
+  std::vector<InputExample> example;
+  for (const Signature::Input& input : graph.signature.exact) {
+    example.push_back({input.shape, input.dtype, input.device});
+  }
+  FreeDims free = options.dynamic_dims;
+  if (free.empty() && options.dynamic_batch) {
+    for (size_t i = 0; i < example.size(); ++i) {
+      if (example[i].shape.rank() > 0) free[str_cat("input", i)] = {{0, "batch"}};
+    }
+  }
+  const std::string what = str_cat("export_model('", path, "')");
+  // The inference the graph computes, run eagerly, leaving the generator as
+  // it was.
+  auto eager = [&](const std::vector<Tensor>& inputs) {
+    NoGradGuard no_grad;
+    const uint64_t random = random_state();
+    std::vector<Tensor> outputs = s.fn(inputs);
+    manual_seed(random);
+    return outputs;
+  };
+  SymbolicTrace traced;
+  try {
+    traced = trace_symbolic(eager, example, free, what);
+  } catch (const Error& e) {
+    throw Error(
+        str_cat(e.message(), options.dynamic_dims.empty() && !free.empty()
+                                 ? "; export with ExportOptions{.dynamic_batch = false} to fix the "
+                                   "batch size"
+                                 : ""));
+  }
   // A state input is named by the tensor whose data it is.
   std::vector<serialization::StateInput> state;
-  for (const CachedGraph::Binding& b : graph.bindings) {
-    if (b.kind == CachedGraph::Binding::kData) continue;
-    TANDEM_INTERNAL_ASSERT(b.kind == CachedGraph::Binding::kState,
-                           "an inference graph reads a gradient");
+  for (const Tensor& tensor : traced.state) {
     std::string name = str_cat("state", state.size());
-    for (const auto& [candidate, tensor] : names) {
-      if (same_data(tensor, b.handle)) name = candidate;
+    for (const auto& [candidate, named] : names) {
+      if (same_data(named, tensor)) name = candidate;
     }
-    state.push_back({std::move(name), b.handle,
-                     b.handle.requires_grad() ? serialization::InputRole::kParameter
-                                              : serialization::InputRole::kBuffer});
+    state.push_back({std::move(name), tensor,
+                     tensor.requires_grad() ? serialization::InputRole::kParameter
+                                            : serialization::InputRole::kBuffer});
   }
-  const trace::Graph& exported = graph.executor->graph();
   if (options.check) {
+    std::vector<std::vector<Shape>> other_shapes;
+    if (traced.plan.points.size() > 1) {
+      other_shapes.push_back(shapes_at(traced, traced.plan.points.back()));
+    }
     check_export(
         [&](const std::string& trial) {
-          serialization::export_graph(trial, exported, state, options);
+          serialization::export_graph(trial, traced.graph, state, traced.symbolic);
         },
-        exported,
-        [&](const std::vector<Tensor>& example) {
-          // The inference the graph computes, run eagerly, leaving the
-          // generator as it was.
-          NoGradGuard no_grad;
-          const uint64_t random = random_state();
-          std::vector<Tensor> outputs = s.fn(example);
-          manual_seed(random);
-          return outputs;
-        },
-        str_cat("export_model('", path, "')"));
+        traced.graph, eager, what, other_shapes);
   }
-  serialization::export_graph(path, exported, state, options);
+  serialization::export_graph(path, traced.graph, state, traced.symbolic);
 }
 
 HybridFunction hybridize(HybridFunction::Fn fn, HybridizeOptions options) {

@@ -27,13 +27,14 @@
 
 #include "serialization/params.h"
 #include "trace/graph.h"
+#include "trace/symbolic_shapes.h"
 
 namespace tandem::serialization {
 
 // The format this build writes; it reads any 1.x (a newer minor version may
 // add fields, which are then ignored).
 inline constexpr int kGraphFormatMajor = 1;
-inline constexpr int kGraphFormatMinor = 1;
+inline constexpr int kGraphFormatMinor = 2;
 
 // What a graph input is, in the file's signature.
 enum class InputRole { kData, kParameter, kBuffer, kConstant };
@@ -41,9 +42,6 @@ std::string_view input_role_name(InputRole role);
 
 struct InputSpec {
   InputRole role = InputRole::kData;
-  // Data inputs only: dimensions whose size may change from call to call
-  // (only the batch dimension, 0, is supported).
-  std::vector<int> dynamic_dims;
 };
 
 struct GraphFile {
@@ -54,6 +52,11 @@ struct GraphFile {
   // Per node, the line of the model's code that traced it ("net.cc:42"), or
   // empty; kept for messages, since a loaded node has no source_location.
   std::vector<std::string> node_sources;
+  // What depends on the free dimensions (trace/symbolic_shapes.h); empty
+  // when the model takes exactly the traced shapes. A file of version 1.0 or
+  // 1.1 with a dynamic batch reads as the name "batch" on dimension 0 of its
+  // data inputs, fitted as an export would.
+  trace::SymbolicShapes symbolic;
   // The params file's name, in the graph file's folder, and its index.
   std::string params_file;
   std::vector<ParamsEntry> params;

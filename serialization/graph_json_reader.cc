@@ -211,7 +211,7 @@ class Fields {
 kernels::AttrValue parse_attr(const Fields& f, const Json& j, const std::string& pointer,
                               const kernels::AttrSpec& spec) {
   f.object(j, pointer);
-  f.only(j, pointer, {"type", "value"});
+  f.only(j, pointer, {"type", "value", "size"});
   const std::string expected(kernels::attr_type_name(spec.default_value));
   std::string type = f.string(f.at(j, "type", pointer), pointer + "/type", 16);
   if (type != expected) {
@@ -263,9 +263,9 @@ class GraphParser {
     f_.object(root_, "");
     check_format();
     check_ops();
-    f_.only(
-        root_, "",
-        {"format", "format_version", "producer", "ops", "inputs", "nodes", "outputs", "params"});
+    f_.only(root_, "",
+            {"format", "format_version", "producer", "ops", "inputs", "nodes", "outputs", "params",
+             "limits"});
     out_.producer = f_.string(f_.at(root_, "producer", ""), "/producer", 256);
     parse_inputs();
     parse_nodes();
@@ -276,6 +276,8 @@ class GraphParser {
     } catch (const Error& e) {
       f_.fail("", e.what());
     }
+    parse_limits();
+    if (legacy_batch_) fit_legacy_batch();
     return std::move(out_);
   }
 
@@ -343,7 +345,7 @@ class GraphParser {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const std::string p = str_cat("/inputs/", i);
       const Json& j = f_.object(inputs[i], p);
-      f_.only(j, p, {"name", "role", "dtype", "shape", "dynamic_dims"});
+      f_.only(j, p, {"name", "role", "dtype", "shape", "dims", "dynamic_dims"});
       std::string name = f_.name(f_.at(j, "name", p), p + "/name");
       std::string role_text = f_.string(f_.at(j, "role", p), p + "/role", 32);
       InputSpec spec;
@@ -368,13 +370,15 @@ class GraphParser {
       } else {
         seen_state = true;
       }
+      bool legacy_batch = false;
       if (auto it = j.find("dynamic_dims"); it != j.end()) {
+        // Versions 1.0 and 1.1: [0] marks the batch.
         const Json& dims = f_.array(*it, p + "/dynamic_dims", 1);
         for (size_t d = 0; d < dims.size(); ++d) {
-          spec.dynamic_dims.push_back(
-              static_cast<int>(f_.integer(dims[d], str_cat(p, "/dynamic_dims/", d), 0, 0)));
+          f_.integer(dims[d], str_cat(p, "/dynamic_dims/", d), 0, 0);
+          legacy_batch = true;
         }
-        if (!spec.dynamic_dims.empty() && (spec.role != InputRole::kData || shape.rank() == 0)) {
+        if (legacy_batch && (spec.role != InputRole::kData || shape.rank() == 0)) {
           f_.fail(p + "/dynamic_dims", "only a data input of rank >= 1 has a dynamic dimension");
         }
       }
@@ -382,6 +386,16 @@ class GraphParser {
           spec.role == InputRole::kData ? trace::InputKind::kData : trace::InputKind::kState;
       trace::ValueId id = out_.graph.add_input(name, kind, shape, dtype);
       define(name, id, p);
+      if (legacy_batch) {
+        out_.symbolic.dims.push_back({id, 0, trace::SizeExpr::symbol("batch")});
+        legacy_batch_ = true;
+      }
+      if (auto it = j.find("dims"); it != j.end()) {
+        if (spec.role != InputRole::kData)
+          f_.fail(p + "/dims", "only data inputs have free dimensions");
+        if (legacy_batch) f_.fail(p + "/dims", "both \"dims\" and \"dynamic_dims\"");
+        parse_dims(*it, p + "/dims", id, /*names_only=*/true);
+      }
       out_.inputs.push_back(std::move(spec));
     }
   }
@@ -398,6 +412,7 @@ class GraphParser {
         f_.fail(p + "/name",
                 str_cat("node name ", printable(name), " is already used at ", it->second));
       }
+      node_index_[name] = static_cast<int>(n);
       std::string op_name = f_.name(f_.at(j, "op", p), p + "/op");
       if (!listed_ops_.contains(op_name)) {
         f_.fail(p + "/op", str_cat("op ", printable(op_name), " of node ", printable(name),
@@ -415,6 +430,10 @@ class GraphParser {
           f_.fail(str_cat(p, "/attrs"), str_cat(where, ": unknown attribute ", printable(key)));
         }
         attrs.set(key, parse_attr(f_, value, str_cat(p, "/attrs/", key), *spec));
+        if (auto it = value.find("size"); it != value.end()) {
+          parse_attr_size(*it, str_cat(p, "/attrs/", key, "/size"), static_cast<int>(n), key,
+                          *attrs.find(key));
+        }
       }
       for (const kernels::AttrSpec& spec : op.attrs) {
         if (spec.required && !attrs.has(spec.name)) {
@@ -451,7 +470,7 @@ class GraphParser {
       for (size_t k = 0; k < outputs.size(); ++k) {
         const std::string op_ = str_cat(p, "/outputs/", k);
         const Json& o = f_.object(outputs[k], op_);
-        f_.only(o, op_, {"name", "dtype", "shape"});
+        f_.only(o, op_, {"name", "dtype", "shape", "dims"});
         declared.push_back({f_.shape(f_.at(o, "shape", op_), op_ + "/shape"),
                             f_.dtype(f_.at(o, "dtype", op_), op_ + "/dtype")});
       }
@@ -483,6 +502,9 @@ class GraphParser {
         }
         const std::string op_ = str_cat(p, "/outputs/", k);
         define(f_.name(f_.at(outputs[k], "name", op_), op_ + "/name"), ids[k], op_);
+        if (auto it = outputs[k].find("dims"); it != outputs[k].end()) {
+          parse_dims(*it, op_ + "/dims", ids[k], /*names_only=*/false);
+        }
       }
       std::string source;
       if (auto it = j.find("source"); it != j.end()) source = f_.string(*it, p + "/source", 4096);
@@ -586,9 +608,172 @@ class GraphParser {
     }
   }
 
+  // A size expression at `pointer`: parsed, its names all given by data
+  // inputs, and equal to `traced` at the traced sizes.
+  trace::SizeExpr size_expr(const Json& j, const std::string& pointer, int64_t traced) const {
+    trace::SizeExpr size;
+    try {
+      size = trace::SizeExpr::parse(f_.string(j, pointer, 1024), "size");
+    } catch (const Error& e) {
+      f_.fail(pointer, e.message());
+    }
+    if (size.is_constant()) f_.fail(pointer, "a fixed size is written as a number");
+    for (const std::string& name : size.symbols()) {
+      if (!traced_sizes_.contains(name)) {
+        f_.fail(pointer, str_cat("size ", printable(size.to_string()), " uses dimension ",
+                                 printable(name), ", which no data input names"));
+      }
+    }
+    int64_t value = 0;
+    try {
+      value = size.evaluate(traced_sizes_, "size");
+    } catch (const Error& e) {
+      f_.fail(pointer, e.message());
+    }
+    if (value != traced) {
+      f_.fail(pointer,
+              str_cat("size ", printable(size.to_string()), " is ", value, " at the traced sizes (",
+                      trace::values_text(traced_sizes_), "), but the file says ", traced));
+    }
+    return size;
+  }
+
+  // "dims" of value `id`: per dimension its size as in "shape", or (a data
+  // input's) a name, or (a node output's) an expression.
+  void parse_dims(const Json& j, const std::string& pointer, trace::ValueId id, bool names_only) {
+    const Shape& shape = out_.graph.value(id).shape;
+    f_.array(j, pointer, kMaxRank);
+    if (j.size() != static_cast<size_t>(shape.rank())) {
+      f_.fail(pointer, str_cat("has ", j.size(), " sizes for a shape of rank ", shape.rank()));
+    }
+    for (int a = 0; a < shape.rank(); ++a) {
+      const std::string at = str_cat(pointer, "/", a);
+      const Json& d = j[static_cast<size_t>(a)];
+      if (!d.is_string()) {
+        if (f_.integer(d, at, 0, std::numeric_limits<int64_t>::max()) != shape[a]) {
+          f_.fail(at, str_cat("size ", d.dump(), " differs from the shape's ", shape[a]));
+        }
+        continue;
+      }
+      if (!names_only) {
+        out_.symbolic.dims.push_back({id, a, size_expr(d, at, shape[a])});
+        continue;
+      }
+      std::string name = f_.string(d, at, 64);
+      if (!trace::valid_symbol_name(name)) {
+        f_.fail(at, str_cat(printable(name), " is not a valid dimension name"));
+      }
+      auto [it, inserted] = traced_sizes_.emplace(name, shape[a]);
+      if (!inserted && it->second != shape[a]) {
+        f_.fail(at, str_cat("dimension ", printable(name), " has size ", shape[a], " here but ",
+                            it->second, " in an earlier input"));
+      }
+      out_.symbolic.dims.push_back({id, a, trace::SizeExpr::symbol(std::move(name))});
+    }
+  }
+
+  // An attribute's "size": an expression for an "int" or "float", an array
+  // for "ints".
+  void parse_attr_size(const Json& j, const std::string& pointer, int node, const std::string& attr,
+                       const kernels::AttrValue& value) {
+    if (const auto* ints = std::get_if<std::vector<int64_t>>(&value)) {
+      f_.array(j, pointer, ints->size());
+      if (j.size() != ints->size()) {
+        f_.fail(pointer, str_cat("has ", j.size(), " sizes for ", ints->size(), " values"));
+      }
+      for (size_t e = 0; e < ints->size(); ++e) {
+        const std::string at = str_cat(pointer, "/", e);
+        if (!j[e].is_string()) {
+          if (f_.integer(j[e], at, std::numeric_limits<int64_t>::min(),
+                         std::numeric_limits<int64_t>::max()) != (*ints)[e]) {
+            f_.fail(at, str_cat("size ", j[e].dump(), " differs from the value's ", (*ints)[e]));
+          }
+          continue;
+        }
+        out_.symbolic.attrs.push_back(
+            {node, attr, static_cast<int>(e), size_expr(j[e], at, (*ints)[e])});
+      }
+      return;
+    }
+    int64_t traced = 0;
+    if (const auto* i = std::get_if<int64_t>(&value)) {
+      traced = *i;
+    } else if (const auto* d = std::get_if<double>(&value);
+               d != nullptr && *d == std::trunc(*d) && std::abs(*d) < 9.0e15) {
+      traced = static_cast<int64_t>(*d);
+    } else {
+      f_.fail(pointer, "only an integer attribute, or a float one of whole value, has a size");
+    }
+    out_.symbolic.attrs.push_back({node, attr, -1, size_expr(j, pointer, traced)});
+  }
+
+  // Since 1.2: [{"size": "seq", "at_most": 512, "node": "slice_7"}, ...].
+  void parse_limits() {
+    auto it = root_.find("limits");
+    if (it == root_.end()) return;
+    const Json& limits = f_.array(*it, "/limits", kMaxGraphNodes);
+    for (size_t i = 0; i < limits.size(); ++i) {
+      const std::string p = str_cat("/limits/", i);
+      const Json& j = f_.object(limits[i], p);
+      f_.only(j, p, {"size", "at_most", "node"});
+      trace::SizeLimit limit;
+      limit.max = f_.integer(f_.at(j, "at_most", p), p + "/at_most", 0,
+                             std::numeric_limits<int64_t>::max());
+      const std::string node = f_.name(f_.at(j, "node", p), p + "/node");
+      auto found = node_index_.find(node);
+      if (found == node_index_.end())
+        f_.fail(p + "/node", str_cat("no node is called ", printable(node)));
+      limit.node = found->second;
+      const Json& size = f_.at(j, "size", p);
+      int64_t traced = 0;
+      try {
+        traced = trace::SizeExpr::parse(f_.string(size, p + "/size", 1024), "size")
+                     .evaluate(traced_sizes_, "size");
+      } catch (const Error& e) {
+        f_.fail(p + "/size", e.message());
+      }
+      limit.size = size_expr(size, p + "/size", traced);
+      if (traced > limit.max) {
+        f_.fail(p, str_cat("the traced sizes (", trace::values_text(traced_sizes_),
+                           ") already break this limit"));
+      }
+      out_.symbolic.limits.push_back(std::move(limit));
+    }
+  }
+
+  // Versions 1.0 and 1.1 mark a batch and nothing else: its expressions are
+  // fitted from the graph inferred at other batch sizes, as an export fits
+  // traces (the exporter then rewrote the graph's attributes to follow any
+  // batch, and proved it did).
+  void fit_legacy_batch() {
+    const trace::Graph& graph = out_.graph;
+    int64_t batch = -1;
+    for (const trace::SymbolicDim& d : out_.symbolic.dims) {
+      const int64_t size = graph.value(d.value).shape[0];
+      if (batch >= 0 && size != batch) {
+        f_.fail("/inputs", str_cat("the data inputs with dynamic_dims have batch sizes ", batch,
+                                   " and ", size));
+      }
+      batch = size;
+    }
+    const trace::ProbePlan plan = trace::plan_probes({{"batch", batch}});
+    std::vector<trace::Graph> graphs;
+    try {
+      for (const trace::SymbolValues& point : plan.points) {
+        graphs.push_back(trace::infer_at(graph, out_.symbolic, point, out_.node_sources));
+      }
+      out_.symbolic = trace::fit_symbolic_shapes(plan, graphs, out_.node_sources);
+    } catch (const Error& e) {
+      f_.fail("/inputs", str_cat("the graph does not follow its dynamic batch: ", e.message()));
+    }
+  }
+
   Fields f_;
   const Json& root_;
   GraphFile out_;
+  bool legacy_batch_ = false;
+  trace::SymbolValues traced_sizes_;  // Each free dimension's traced size.
+  absl::flat_hash_map<std::string, int> node_index_;
   absl::flat_hash_set<std::string> listed_ops_;
   // Value name -> (value, JSON pointer of its definition).
   absl::flat_hash_map<std::string, std::pair<trace::ValueId, std::string>> values_;

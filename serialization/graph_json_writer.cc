@@ -27,6 +27,23 @@ Json shape_json(const Shape& shape) {
   return dims;
 }
 
+// A shape with its free sizes spelled: [8, "seq", 64] (FORMAT.md, "Free
+// dimensions"); null when every size is fixed.
+Json dims_json(const GraphFile& file, trace::ValueId id) {
+  const Shape& shape = file.graph.value(id).shape;
+  Json dims = Json::array();
+  bool free = false;
+  for (int a = 0; a < shape.rank(); ++a) {
+    if (const trace::SizeExpr* size = file.symbolic.dim(id, a)) {
+      dims.push_back(size->to_string());
+      free = true;
+    } else {
+      dims.push_back(shape[a]);
+    }
+  }
+  return free ? dims : Json();
+}
+
 // {"type": "ints", "value": [1, 1]}: typed, so a reader needs no registry to
 // know what a value is, and the loader checks the type against the op's.
 Json attr_json(const kernels::AttrValue& value) {
@@ -129,11 +146,12 @@ Json ops_json(const trace::Graph& graph) {
 }
 
 // A node output: its name, dtype and shape.
-Json node_output_json(const trace::Graph& graph, trace::ValueId id, const std::string& name) {
+Json node_output_json(const GraphFile& file, trace::ValueId id, const std::string& name) {
   Json entry = Json::object();
   entry["name"] = name;
-  entry["dtype"] = std::string(dtype_name(graph.value(id).dtype));
-  entry["shape"] = shape_json(graph.value(id).shape);
+  entry["dtype"] = std::string(dtype_name(file.graph.value(id).dtype));
+  entry["shape"] = shape_json(file.graph.value(id).shape);
+  if (Json dims = dims_json(file, id); !dims.is_null()) entry["dims"] = std::move(dims);
   return entry;
 }
 
@@ -150,7 +168,7 @@ Json inputs_json(const GraphFile& file) {
     entry["role"] = std::string(input_role_name(spec.role));
     entry["dtype"] = std::string(dtype_name(graph.value(input.value).dtype));
     entry["shape"] = shape_json(graph.value(input.value).shape);
-    if (!spec.dynamic_dims.empty()) entry["dynamic_dims"] = spec.dynamic_dims;
+    if (Json dims = dims_json(file, input.value); !dims.is_null()) entry["dims"] = std::move(dims);
     inputs.push_back(std::move(entry));
   }
   return inputs;
@@ -164,12 +182,24 @@ Json node_json(const GraphFile& file, size_t n, const std::vector<std::string>& 
   entry["op"] = node.op->name;
   Json attrs = Json::object();
   for (const auto& [name, value] : node.attrs.items()) attrs[name] = attr_json(value);
+  // The sizes among them: "size" beside "value", an expression or, for
+  // "ints", an array whose fixed elements repeat the value's.
+  for (const trace::SymbolicAttr& a : file.symbolic.attrs) {
+    if (a.node != static_cast<int>(n)) continue;
+    Json& typed = attrs[a.attr];
+    if (a.element < 0) {
+      typed["size"] = a.size.to_string();
+      continue;
+    }
+    if (!typed.contains("size")) typed["size"] = typed["value"];
+    typed["size"][static_cast<size_t>(a.element)] = a.size.to_string();
+  }
   entry["attrs"] = std::move(attrs);
   Json node_inputs = Json::array();
   for (trace::ValueId id : node.inputs) node_inputs.push_back(names[id]);
   entry["inputs"] = std::move(node_inputs);
   Json outputs = Json::array();
-  for (trace::ValueId id : node.outputs) outputs.push_back(node_output_json(graph, id, names[id]));
+  for (trace::ValueId id : node.outputs) outputs.push_back(node_output_json(file, id, names[id]));
   entry["outputs"] = std::move(outputs);
   if (!file.node_sources[n].empty()) entry["source"] = file.node_sources[n];
   if (!node.scope.empty()) entry["scope"] = node.scope;
@@ -187,6 +217,20 @@ Json outputs_json(const trace::Graph& graph, const std::vector<std::string>& nam
     outputs.push_back(std::move(entry));
   }
   return outputs;
+}
+
+// {"size": "seq", "at_most": 512, "node": "slice_7"} per limit.
+Json limits_json(const GraphFile& file) {
+  Json limits = Json::array();
+  for (const trace::SizeLimit& limit : file.symbolic.limits) {
+    Json entry = Json::object();
+    entry["size"] = limit.size.to_string();
+    entry["at_most"] = limit.max;
+    entry["node"] =
+        str_cat(file.graph.nodes[static_cast<size_t>(limit.node)].op->name, "_", limit.node);
+    limits.push_back(std::move(entry));
+  }
+  return limits;
 }
 
 Json params_json(const GraphFile& file) {
@@ -225,6 +269,7 @@ std::string write_graph_json(const GraphFile& file) {
   for (size_t n = 0; n < graph.nodes.size(); ++n) nodes.push_back(node_json(file, n, names));
   root["nodes"] = std::move(nodes);
   root["outputs"] = outputs_json(graph, names);
+  if (!file.symbolic.limits.empty()) root["limits"] = limits_json(file);
   root["params"] = params_json(file);
   return layout(root) + "\n";
 }

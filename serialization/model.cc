@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 
 #include "core/error.h"
-#include "serialization/batch_dim.h"
 #include "serialization/file_io.h"
 #include "serialization/file_name.h"
 #include "trace/executor.h"
@@ -135,40 +134,10 @@ void write_model_files(const std::string& path, GraphFile& file,
   remove_superseded_params(folder, stem, params_name, old_params);
 }
 
-// The size of dimension 0 shared by every data input, which a dynamic batch
-// needs.
-int64_t traced_batch(const trace::Graph& graph, const std::string& path) {
-  int64_t batch = -1;
-  for (const trace::GraphInput& input : graph.inputs) {
-    if (input.kind != trace::InputKind::kData) continue;
-    const Shape& shape = graph.value(input.value).shape;
-    TANDEM_CHECK(shape.rank() > 0, "export '", path, "': data input '", input.name,
-                 "' is a scalar, so it has no batch dimension; export with "
-                 "ExportOptions{.dynamic_batch = false}");
-    TANDEM_CHECK(batch < 0 || shape[0] == batch, "export '", path, "': data input '", input.name,
-                 "' has ", shape[0], " rows where an earlier one has ", batch,
-                 ", so they share no batch dimension; export with "
-                 "ExportOptions{.dynamic_batch = false}");
-    batch = shape[0];
-  }
-  return batch;
-}
-
-std::vector<Shape> data_shapes_with_batch(const trace::Graph& graph, int64_t batch) {
-  std::vector<Shape> shapes;
-  for (const trace::GraphInput& input : graph.inputs) {
-    if (input.kind != trace::InputKind::kData) continue;
-    Shape::Dims dims(graph.value(input.value).shape.begin(), graph.value(input.value).shape.end());
-    dims[0] = batch;
-    shapes.emplace_back(absl::MakeConstSpan(dims));
-  }
-  return shapes;
-}
-
 }  // namespace
 
 void export_graph(const std::string& path, const trace::Graph& traced,
-                  absl::Span<const StateInput> state, const ExportOptions& options) {
+                  absl::Span<const StateInput> state, const trace::SymbolicShapes& symbolic) {
   // Inputs in the file's order: data, then state, then constants (as params).
   trace::Graph graph = traced;
   GraphFile file;
@@ -178,14 +147,14 @@ void export_graph(const std::string& path, const trace::Graph& traced,
   for (const trace::GraphInput& input : traced.inputs) {
     if (input.kind != trace::InputKind::kData) continue;
     inputs.push_back(input);
-    file.inputs.push_back({InputRole::kData, {}});
+    file.inputs.push_back({InputRole::kData});
   }
   for (const trace::GraphInput& input : traced.inputs) {
     if (input.kind != trace::InputKind::kState) continue;
     TANDEM_INTERNAL_ASSERT(next_state < state.size(), "export: fewer state tensors than inputs");
     const StateInput& s = state[next_state++];
     inputs.push_back({input.value, s.name, trace::InputKind::kState, Tensor()});
-    file.inputs.push_back({s.role, {}});
+    file.inputs.push_back({s.role});
     params.push_back({s.name, s.tensor});
   }
   TANDEM_INTERNAL_ASSERT(next_state == state.size(), "export: more state tensors than inputs");
@@ -194,7 +163,7 @@ void export_graph(const std::string& path, const trace::Graph& traced,
     if (input.kind != trace::InputKind::kConstant) continue;
     std::string name = str_cat("constant", next_constant++);
     inputs.push_back({input.value, name, trace::InputKind::kState, Tensor()});
-    file.inputs.push_back({InputRole::kConstant, {}});
+    file.inputs.push_back({InputRole::kConstant});
     params.push_back({name, input.constant});
   }
   absl::flat_hash_set<std::string> names;
@@ -205,23 +174,7 @@ void export_graph(const std::string& path, const trace::Graph& traced,
   graph.inputs = std::move(inputs);
   file.node_sources = sources_of(graph);
 
-  if (options.dynamic_batch && !file.inputs.empty() && file.inputs[0].role == InputRole::kData) {
-    const int64_t batch = traced_batch(graph, path);
-    generalize_batch(graph, batch);
-    // The proof: every op takes another batch size.
-    try {
-      with_input_shapes(graph, data_shapes_with_batch(graph, batch + 1), file.node_sources);
-    } catch (const Error& e) {
-      throw Error(str_cat("export '", path,
-                          "': the graph does not work at other batch sizes: ", e.message(),
-                          "; export with ExportOptions{.dynamic_batch = false} to fix the batch "
-                          "size at ",
-                          batch));
-    }
-    for (InputSpec& spec : file.inputs) {
-      if (spec.role == InputRole::kData) spec.dynamic_dims = {0};
-    }
-  }
+  file.symbolic = symbolic;
   file.graph = std::move(graph);
   file.producer = TANDEM_PRODUCER;
   write_model_files(path, file, params);
@@ -237,24 +190,23 @@ struct LoadedModel::Impl {
   std::string name;            // The graph file's path, for messages.
   std::vector<Tensor> params;  // Per non-data input, in order.
   std::vector<TensorSpec> inputs, outputs;
-  int64_t traced_batch = -1;  // -1: no dynamic batch.
+  trace::SymbolValues traced_sizes;  // The free dimensions' sizes in file.graph.
 
-  // Executors by batch size, most recently used first.
-  static constexpr size_t kCachedBatchSizes = 4;
+  // Executors by the free dimensions' sizes, most recently used first.
+  static constexpr size_t kCachedSizes = 4;
   mutable std::mutex mutex;
-  mutable std::list<std::pair<int64_t, std::shared_ptr<const trace::Executor>>> executors;
+  mutable std::list<std::pair<trace::SymbolValues, std::shared_ptr<const trace::Executor>>>
+      executors;
 
-  std::shared_ptr<const trace::Executor> build(int64_t batch) const;
-  std::shared_ptr<const trace::Executor> executor_for(int64_t batch) const;
+  std::shared_ptr<const trace::Executor> build(const trace::SymbolValues& sizes) const;
+  std::shared_ptr<const trace::Executor> executor_for(const trace::SymbolValues& sizes) const;
 };
 
-std::shared_ptr<const trace::Executor> LoadedModel::Impl::build(int64_t batch) const {
-  trace::Graph graph =
-      batch == traced_batch
-          ? file.graph
-          : serialization::with_input_shapes(
-                file.graph, serialization::data_shapes_with_batch(file.graph, batch),
-                file.node_sources);
+std::shared_ptr<const trace::Executor> LoadedModel::Impl::build(
+    const trace::SymbolValues& sizes) const {
+  trace::Graph graph = sizes == traced_sizes ? file.graph
+                                             : trace::instantiate(file.graph, file.symbolic, sizes,
+                                                                  file.node_sources);
   // The parameters are fixed from here on: constants, for the passes to fold.
   size_t next = 0;
   for (trace::GraphInput& input : graph.inputs) {
@@ -266,17 +218,32 @@ std::shared_ptr<const trace::Executor> LoadedModel::Impl::build(int64_t batch) c
   return std::make_shared<const trace::Executor>(std::move(graph));
 }
 
-std::shared_ptr<const trace::Executor> LoadedModel::Impl::executor_for(int64_t batch) const {
+std::shared_ptr<const trace::Executor> LoadedModel::Impl::executor_for(
+    const trace::SymbolValues& sizes) const {
   std::lock_guard lock(mutex);
   for (auto it = executors.begin(); it != executors.end(); ++it) {
-    if (it->first == batch) {
+    if (it->first == sizes) {
       executors.splice(executors.begin(), executors, it);
       return it->second;
     }
   }
-  executors.emplace_front(batch, build(batch));
-  if (executors.size() > kCachedBatchSizes) executors.pop_back();
+  executors.emplace_front(sizes, build(sizes));
+  if (executors.size() > kCachedSizes) executors.pop_back();
   return executors.front().second;
+}
+
+bool LoadedModel::TensorSpec::is_dynamic() const {
+  return std::any_of(free_dims.begin(), free_dims.end(),
+                     [](const std::string& d) { return !d.empty(); });
+}
+
+std::string LoadedModel::TensorSpec::shape_text() const {
+  std::string text = "[";
+  for (int a = 0; a < shape.rank(); ++a) {
+    const std::string& free = free_dims[static_cast<size_t>(a)];
+    text += str_cat(a ? ", " : "", free.empty() ? std::to_string(shape[a]) : free);
+  }
+  return text + "]";
 }
 
 LoadedModel::LoadedModel() = default;
@@ -291,7 +258,7 @@ std::vector<Tensor> LoadedModel::run(const std::vector<Tensor>& inputs,
   const Impl& m = *impl_;
   TANDEM_CHECK(inputs.size() == m.inputs.size(), "model '", m.name, "' takes ", m.inputs.size(),
                " input", m.inputs.size() == 1 ? "" : "s", ", got ", inputs.size());
-  int64_t batch = m.traced_batch;
+  std::vector<Shape> shapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorSpec& spec = m.inputs[i];
     const Tensor& x = inputs[i];
@@ -301,20 +268,20 @@ std::vector<Tensor> LoadedModel::run(const std::vector<Tensor>& inputs,
     TANDEM_CHECK(x.device() == Device::cpu(), "model input '", spec.name,
                  "' must be on the CPU, got ", x.device().to_string());
     bool fits = x.rank() == spec.shape.rank();
-    for (int d = spec.dynamic_batch ? 1 : 0; fits && d < x.rank(); ++d) {
-      fits = x.shape()[d] == spec.shape[d];
+    for (int d = 0; fits && d < x.rank(); ++d) {
+      fits = !spec.free_dims[static_cast<size_t>(d)].empty() || x.shape()[d] == spec.shape[d];
     }
-    TANDEM_CHECK(fits, "model input '", spec.name, "' must have shape ",
-                 spec.dynamic_batch ? "[N" : "", spec.dynamic_batch ? ", ..." : "",
-                 spec.dynamic_batch ? "] with " : "", spec.shape.to_string(),
-                 spec.dynamic_batch ? " past dimension 0" : "", ", got ", x.shape().to_string());
-    if (spec.dynamic_batch) {
-      if (i == 0) batch = x.shape()[0];
-      TANDEM_CHECK(x.shape()[0] == batch, "model input '", spec.name, "' has batch size ",
-                   x.shape()[0], " but '", m.inputs[0].name, "' has ", batch);
-    }
+    TANDEM_CHECK(fits, "model input '", spec.name, "' must have shape ", spec.shape_text(),
+                 ", got ", x.shape().to_string());
+    shapes.push_back(x.shape());
   }
-  return m.executor_for(batch)->run(inputs, {}, where);
+  trace::SymbolValues sizes;
+  try {
+    sizes = trace::bind_symbols(m.file.graph, m.file.symbolic, shapes);
+  } catch (const Error& e) {
+    throw Error(str_cat("model '", m.name, "': ", e.message()));
+  }
+  return m.executor_for(sizes)->run(inputs, {}, where);
 }
 
 const std::vector<LoadedModel::TensorSpec>& LoadedModel::inputs() const { return impl_->inputs; }
@@ -388,33 +355,31 @@ LoadedModel load(serialization::GraphFile graph_file, serialization::ParamsFile 
   for (serialization::NamedTensor& t : params.tensors) by_name[t.name] = std::move(t.tensor);
 
   const trace::Graph& graph = file.graph;
-  for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    const trace::GraphInput& input = graph.inputs[i];
-    const trace::Value& v = graph.value(input.value);
+  auto spec_of = [&](std::string name, trace::ValueId value) {
+    const trace::Value& v = graph.value(value);
+    LoadedModel::TensorSpec spec{std::move(name), v.dtype, v.shape, {}};
+    for (int a = 0; a < v.shape.rank(); ++a) {
+      const trace::SizeExpr* size = file.symbolic.dim(value, a);
+      spec.free_dims.push_back(size ? size->to_string() : std::string());
+    }
+    return spec;
+  };
+  std::vector<Shape> traced_shapes;
+  for (const trace::GraphInput& input : graph.inputs) {
     if (input.kind != trace::InputKind::kData) {
       impl->params.push_back(by_name.at(input.name));
       continue;
     }
-    const bool dynamic = !file.inputs[i].dynamic_dims.empty();
-    impl->inputs.push_back({input.name, v.dtype, v.shape, dynamic});
-    if (dynamic) impl->traced_batch = v.shape[0];
+    impl->inputs.push_back(spec_of(input.name, input.value));
+    traced_shapes.push_back(graph.value(input.value).shape);
   }
-  // Which outputs follow the batch: those whose size changes with it.
-  std::optional<trace::Graph> other_batch;
-  if (impl->traced_batch >= 0) {
-    other_batch = serialization::with_input_shapes(
-        graph, serialization::data_shapes_with_batch(graph, impl->traced_batch + 1),
-        file.node_sources);
+  impl->traced_sizes = trace::bind_symbols(graph, file.symbolic, traced_shapes);
+  for (const trace::GraphOutput& output : graph.outputs) {
+    impl->outputs.push_back(spec_of(output.name, output.value));
   }
-  for (size_t o = 0; o < graph.outputs.size(); ++o) {
-    const trace::Value& v = graph.value(graph.outputs[o].value);
-    const bool dynamic = other_batch && v.shape.rank() > 0 &&
-                         other_batch->value(other_batch->outputs[o].value).shape[0] != v.shape[0];
-    impl->outputs.push_back({graph.outputs[o].name, v.dtype, v.shape, dynamic});
-  }
-  // Plan the traced batch size now, so that what the passes or the planner
+  // Plan the traced sizes now, so that what the passes or the planner
   // refuse is reported by load(), not by the first run().
-  impl->executor_for(impl->traced_batch);
+  impl->executor_for(impl->traced_sizes);
   LoadedModel model;
   model.impl_ = std::move(impl);
   return model;

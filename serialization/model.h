@@ -18,11 +18,13 @@
 // tandem::Error naming the file, the place and the problem), turns the
 // parameters into constants of the graph, runs the inference passes (batch
 // norm folded into the convolution weights, and so on) and builds the
-// executor. A new batch size on the dynamic batch dimension re-infers the
-// graph's shapes and plans it again (a few cached per model).
+// executor. New sizes of the free dimensions (ExportOptions::dynamic_dims)
+// instantiate the graph for them (trace/symbolic_shapes.h) and plan it
+// again, a few cached per model.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -38,10 +40,21 @@
 
 namespace tandem {
 
+// Per data input name ("input0"), axis -> the name of a free dimension:
+// {{"input0", {{0, "batch"}, {1, "seq"}}}}. Axes may count from the end
+// (-1); one name on several inputs is one size.
+using FreeDims = std::map<std::string, std::map<int, std::string>>;
+
 struct ExportOptions {
-  // Dimension 0 of every data input is the batch; a loaded model accepts any
-  // size there. Off: the loaded model takes exactly the traced shapes.
+  // Dimension 0 of every data input (of rank >= 1) is "batch"; a loaded
+  // model accepts any size there. Off, and no dynamic_dims: the loaded model
+  // takes exactly the traced shapes.
   bool dynamic_batch = true;
+  // The free dimensions by name, in place of dynamic_batch's when given.
+  // The export traces the model at a few other sizes and fits every size in
+  // the graph as an expression of these names (trace/symbolic_shapes.h);
+  // code that no such graph can follow is refused at export, naming the node.
+  FreeDims dynamic_dims = {};
   // Module::export_model and HybridFunction::export_model first write a
   // trial copy, load it as a deployment would and compare one example's
   // outputs with the eager model's; files whose answers differ are never
@@ -69,8 +82,9 @@ struct StateInput {
 // `path` with its extensions must be a valid file name (file_name.h); a graph
 // file that is a symbolic link is written through and stays a link, and
 // permission bits are kept (Note [Atomic writes] in file_io.h).
+// `symbolic` says what depends on the free dimensions (empty: none).
 void export_graph(const std::string& path, const trace::Graph& graph,
-                  absl::Span<const StateInput> state, const ExportOptions& options = {});
+                  absl::Span<const StateInput> state, const trace::SymbolicShapes& symbolic = {});
 
 }  // namespace serialization
 
@@ -80,8 +94,13 @@ class LoadedModel {
   struct TensorSpec {
     std::string name;
     DType dtype = DType::kFloat32;
-    Shape shape;  // As exported; dimension 0 varies where dynamic_batch.
-    bool dynamic_batch = false;
+    Shape shape;  // As traced.
+    // Per dimension, its size's expression where it is free ("batch",
+    // "batch*seq"), "" where it is fixed.
+    std::vector<std::string> free_dims;
+    bool is_dynamic() const;
+    // "[batch, seq, 64]".
+    std::string shape_text() const;
   };
 
   LoadedModel();
@@ -91,7 +110,8 @@ class LoadedModel {
 
   // Runs the model on one tensor per data input, in the order of inputs().
   // Throws tandem::Error naming the input whose dtype, rank or size differs
-  // from the signature. Returns one tensor per output, without waiting.
+  // from the signature, or the dimension whose size breaks a limit the
+  // trace found (seq <= max_len). Returns one tensor per output, without waiting.
   // Safe to call from several threads.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs,
                           std::source_location where = std::source_location::current()) const;

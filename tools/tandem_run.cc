@@ -86,9 +86,7 @@ Arguments parse_arguments(int argc, char** argv) {
 }
 
 std::string spec_text(const tandem::LoadedModel::TensorSpec& spec) {
-  std::string shape = spec.shape.to_string();
-  if (spec.dynamic_batch) shape = "[N" + shape.substr(shape.find_first_of(",]"));
-  return spec.name + ": " + std::string(tandem::dtype_name(spec.dtype)) + shape;
+  return spec.name + ": " + std::string(tandem::dtype_name(spec.dtype)) + spec.shape_text();
 }
 
 // The elements as doubles, for the summary.

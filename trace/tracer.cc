@@ -113,7 +113,7 @@ ValueId Tracer::record_view(const Tensor& tensor, const Known& base,
   const int64_t begin = static_cast<int64_t>(tensor.byte_offset() - base.byte_offset) / element;
   const int64_t count = tensor.numel();
   // As few nodes as say what the view is, so that a dynamic batch carries
-  // through them (serialization/batch_dim.h): a reshape of all of the base;
+  // through them (trace/symbolic_shapes.h): a reshape of all of the base;
   // rows of its leading axis (slice on axis 0), reshaped if need be; or, for
   // any other range of its elements, flatten -> slice -> reshape.
   const int64_t row = base.shape.rank() > 0 ? base.shape.stride(0) : 1;

@@ -44,13 +44,12 @@ int main(int argc, char** argv) try {
   std::printf("loaded %s.json in %.1f ms (%zu nodes)\n", path.c_str(), load_ms,
               model.file().graph.nodes.size());
   for (const auto& spec : model.inputs()) {
-    std::printf("  input  %s: %s%s%s\n", spec.name.c_str(),
-                std::string(dtype_name(spec.dtype)).c_str(), spec.shape.to_string().c_str(),
-                spec.dynamic_batch ? " (any batch size)" : "");
+    std::printf("  input  %s: %s%s\n", spec.name.c_str(),
+                std::string(dtype_name(spec.dtype)).c_str(), spec.shape_text().c_str());
   }
   for (const auto& spec : model.outputs()) {
     std::printf("  output %s: %s%s\n", spec.name.c_str(),
-                std::string(dtype_name(spec.dtype)).c_str(), spec.shape.to_string().c_str());
+                std::string(dtype_name(spec.dtype)).c_str(), spec.shape_text().c_str());
   }
 
   // 2. The images (float32 [100, 1, 28, 28], already normalized) and labels.

@@ -110,10 +110,10 @@ void Module::export_model(const std::string& path, const ExportOptions& options)
         return std::vector<Tensor>{forward_as_caller(in[0])};
       },
       std::move(inference_options));
+  // The nodes' lines are the user's, of the call whose shape this traces at.
+  NameScope scope("", hybrid_.last_call_site);
   {
     NoGradGuard no_grad;
-    // The nodes' lines are the user's, of the call whose shape this traces at.
-    NameScope scope("", hybrid_.last_call_site);
     const auto dims = hybrid_.last_input_shape.dims();
     inference({zeros(std::vector<int64_t>(dims.begin(), dims.end()), hybrid_.last_input_dtype,
                      hybrid_.last_input_device)});

@@ -33,14 +33,14 @@ absl::Span<const uint8_t> bytes_of(const std::string& text) {
   return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
 }
 
-// Exports reshape(relu(x @ w + b), [2, 3, 2]) with weights drawn from `seed`
+// Exports reshape(relu(x @ w + b), [batch, 3, 2]) with weights drawn from `seed`
 // as `path`.json and `path`.params.
 void export_small_model(uint64_t seed, const std::string& path) {
   manual_seed(seed);
   Tensor w = randn({4, 6});
   Tensor b = randn({6});
   HybridFunction f([w, b](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{reshape(relu(add(matmul(in[0], w), b)), {2, 3, 2})};
+    return std::vector<Tensor>{reshape(relu(add(matmul(in[0], w), b)), {in[0].shape()[0], 3, 2})};
   });
   {
     NoGradGuard no_grad;
@@ -262,7 +262,91 @@ TEST_F(BadGraphFile, DeclaredShapesMustEqualInference) {
       {"/nodes/0/outputs/0", "declares output 0 as float32[2, 7] but the op infers"});
   expect_bad([](Json& j) { j["outputs"][0]["dtype"] = "float64"; },
              {"/outputs/0", "is declared float64[2, 3, 2]"});
-  expect_bad([](Json& j) { j["inputs"][0]["shape"] = {2, 5}; }, {"/nodes/0", "op matmul"});
+  expect_bad(
+      [](Json& j) {
+        j["inputs"][0]["shape"] = {2, 5};
+        j["inputs"][0]["dims"] = {"batch", 5};
+      },
+      {"/nodes/0", "op matmul"});
+  expect_bad(
+      [](Json& j) {
+        j["inputs"][0]["shape"] = {2, 5};
+      },
+      {"/inputs/0/dims/1", "size 4 differs from the shape's 5"});
+}
+
+// Verifies that the free dimensions a file declares (format 1.2) are
+// checked like everything else: names, expressions, the sizes they give at
+// the traced shapes, and limits.
+TEST_F(BadGraphFile, BadFreeDimensions) {
+  // The unedited file: batch free, the reshape's first element follows it.
+  ASSERT_EQ(json_["inputs"][0]["dims"], Json::array({"batch", 4}));
+  const Json::json_pointer reshape_size("/nodes/3/attrs/shape/size");
+  ASSERT_EQ(json_["nodes"][3]["op"], "reshape");
+  ASSERT_EQ(json_[reshape_size], Json::array({"batch", 3, 2}));
+  expect_bad([](Json& j) { j["inputs"][0]["dims"] = {"batch"}; },
+             {"/inputs/0/dims", "has 1 sizes for a shape of rank 2"});
+  expect_bad([](Json& j) { j["inputs"][0]["dims"][0] = "2batch"; },
+             {"/inputs/0/dims/0", "not a valid dimension name"});
+  expect_bad(
+      [](Json& j) {
+        j["inputs"][1]["dims"] = {"n", 6};
+      },
+      {"/inputs/1/dims", "only data inputs have free dimensions"});
+  expect_bad([&](Json& j) { j[reshape_size][0] = "seq"; },
+             {"/nodes/3/attrs/shape/size/0", "uses dimension \"seq\", which no data input names"});
+  expect_bad(
+      [&](Json& j) { j[reshape_size][0] = "2*batch"; },
+      {"/nodes/3/attrs/shape/size/0", "is 4 at the traced sizes (batch = 2)", "the file says 2"});
+  expect_bad([&](Json& j) { j[reshape_size][0] = "batch +"; },
+             {"/nodes/3/attrs/shape/size/0", "bad size expression", "expected a number"});
+  expect_bad([&](Json& j) { j[reshape_size][0] = "99999999999999999999*batch"; },
+             {"/nodes/3/attrs/shape/size/0", "does not fit in int64"});
+  expect_bad(
+      [&](Json& j) {
+        j[reshape_size][0] = "batch*batch*batch*batch*batch*batch*batch*batch*batch";
+      },
+      {"more than 8 names"});
+  expect_bad([&](Json& j) { j[reshape_size][0] = std::string(2000, 'b'); },
+             {"longer than the limit of 1024"});
+  expect_bad([&](Json& j) { j[reshape_size][0] = 5; },
+             {"/nodes/3/attrs/shape/size/0", "size 5 differs from the value's 2"});
+  expect_bad([&](Json& j) { j[reshape_size] = {"batch"}; }, {"has 1 sizes for 3 values"});
+  expect_bad([](Json& j) { j["nodes"][0]["outputs"][0]["dims"][0] = "batch*3"; },
+             {"/nodes/0/outputs/0/dims/0", "is 6 at the traced sizes"});
+  expect_bad([](Json& j) { j["nodes"][0]["outputs"][0]["dims"][0] = "7"; },
+             {"/nodes/0/outputs/0/dims/0", "a fixed size is written as a number"});
+  expect_bad([&](Json& j) { j[reshape_size] = "batch"; },
+             {"/nodes/3/attrs/shape/size", "expected an array"});
+  expect_bad(
+      [](Json& j) {
+        j["limits"] = {{{"size", "batch"}, {"at_most", 1}, {"node", "reshape_3"}}};
+      },
+      {"/limits/0", "the traced sizes (batch = 2) already break this limit"});
+  expect_bad(
+      [](Json& j) {
+        j["limits"] = {{{"size", "batch"}, {"at_most", 9}, {"node", "nope"}}};
+      },
+      {"/limits/0/node", "no node is called \"nope\""});
+}
+
+// Verifies that a file of format 1.1, which marks the batch with
+// "dynamic_dims": [0] and nothing else, still loads and follows the batch.
+TEST_F(BadGraphFile, AVersion11DynamicBatchStillLoads) {
+  Json j = json_;
+  j["format_version"] = "1.1";
+  j["inputs"][0].erase("dims");
+  j["inputs"][0]["dynamic_dims"] = {0};
+  for (Json& node : j["nodes"]) {
+    for (Json& output : node["outputs"]) output.erase("dims");
+    for (auto& [name, attr] : node["attrs"].items()) attr.erase("size");
+  }
+  // 1.1 exports rewrote the batch in a reshape to -1.
+  j["nodes"][3]["attrs"]["shape"]["value"][0] = -1;
+  write_text(dir_.file("m.json"), j.dump());
+  LoadedModel model = load(dir_.file("m.json"));
+  EXPECT_EQ(model.outputs()[0].shape_text(), "[batch, 3, 2]");
+  EXPECT_EQ(model.run({randn({5, 4})})[0].shape(), Shape({5, 3, 2}));
 }
 
 TEST_F(BadGraphFile, ManifestMustMatchTheGraph) {

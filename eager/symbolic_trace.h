@@ -1,0 +1,52 @@
+// An inference function traced once per free-dimension probe and fitted to
+// one graph for every size (trace/symbolic_shapes.h): what export_model
+// writes when dimensions are free (ExportOptions::dynamic_dims).
+//
+//   SymbolicTrace t = trace_symbolic(fn, {{Shape{8, 100}, DType::kInt64, Device::cpu()}},
+//                                    {{"input0", {{0, "batch"}, {1, "seq"}}}},
+//                                    "export_model('lm')");
+//   t.graph;      // as traced at the example, [8, 100]
+//   t.symbolic;   // what in it depends on batch and seq
+//
+// The function runs under NoGradGuard on zeros of each probe's shapes, with
+// the random generator restored before each call and after the last, so
+// that the traces differ only in sizes.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "serialization/model.h"
+#include "trace/graph.h"
+#include "trace/symbolic_shapes.h"
+
+namespace tandem {
+
+struct InputExample {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  Device device = Device::cpu();
+};
+
+struct SymbolicTrace {
+  trace::Graph graph;         // Traced at the example's shapes; inputs "input<i>".
+  std::vector<Tensor> state;  // The tensor of each kState input, in order.
+  trace::SymbolicShapes symbolic;
+  trace::ProbePlan plan;  // plan.points[0]: the example's sizes.
+};
+
+// Throws tandem::Error starting with `what` for a name or axis that fits no
+// input, one name given two sizes by the example, a probe the function
+// refuses (naming its sizes), a function that updates state, or what the
+// fit refuses (trace/symbolic_shapes.h).
+SymbolicTrace trace_symbolic(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+    const std::vector<InputExample>& example, const FreeDims& free, const std::string& what);
+
+// The data shapes at one probe point.
+std::vector<Shape> shapes_at(const SymbolicTrace& t, const trace::SymbolValues& values);
+
+}  // namespace tandem

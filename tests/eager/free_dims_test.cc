@@ -1,0 +1,254 @@
+// Free dimensions (ExportOptions::dynamic_dims, trace/symbolic_shapes.h): a
+// model exported once with named free dimensions gives the eager model's
+// answers at sizes it was never traced at, and what no one graph can follow
+// is refused at export or at run time with the dimension and the node.
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "core/error.h"
+#include "eager/autograd.h"
+#include "eager/hybridize.h"
+#include "eager/nn/nn.h"
+#include "eager/ops.h"
+#include "serialization/model.h"
+#include "tests/eager/float64_values.h"
+#include "tests/error_of.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using testing::error_of;
+using testing::expect_near;
+using ::testing::HasSubstr;
+using testing::Values;
+using testing::values_of;
+
+class FreeDims : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / str_cat("tandem-free-dims-", ::getpid());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+constexpr int64_t kVocab = 11, kModel = 8, kMaxLen = 12;
+
+// A causal transformer language model over token ids [batch, seq]: what
+// tutorial 05 exports.
+struct TinyLanguageModel : nn::Module {
+  TinyLanguageModel() {
+    embed = register_module("embed", std::make_shared<nn::Embedding>(kVocab, kModel));
+    positions = register_module(
+        "positions", std::make_shared<nn::PositionalEncoding>(nn::PositionalEncodingOptions{
+                         .d_model = kModel, .max_len = kMaxLen, .dropout = 0.0}));
+    encoder = register_module("encoder", std::make_shared<nn::TransformerEncoder>(
+                                             nn::TransformerLayerOptions{.d_model = kModel,
+                                                                         .nhead = 2,
+                                                                         .dim_feedforward = 16,
+                                                                         .dropout = 0.0,
+                                                                         .causal = true},
+                                             2));
+    head = register_module("head", std::make_shared<nn::Linear>(kModel, kVocab));
+  }
+  Tensor forward(const Tensor& tokens) override {
+    return (*head)((*encoder)((*positions)((*embed)(tokens))));
+  }
+  std::shared_ptr<nn::Embedding> embed;
+  std::shared_ptr<nn::PositionalEncoding> positions;
+  std::shared_ptr<nn::TransformerEncoder> encoder;
+  std::shared_ptr<nn::Linear> head;
+};
+
+Tensor tokens(int64_t batch, int64_t seq) {
+  return cast(mul(rand({batch, seq}), static_cast<double>(kVocab) - 0.01), DType::kInt64);
+}
+
+Values eager_values(nn::Module& model, const Tensor& x) {
+  NoGradGuard no_grad;
+  model.hybridize(false);
+  Values values = values_of(model(x));
+  model.hybridize(true);
+  return values;
+}
+
+// Verifies that one export with batch and seq free gives the eager model's
+// answers at sizes on both sides of the traced ones, including 1, and that
+// its signature spells the free sizes.
+TEST_F(FreeDims, ALanguageModelFollowsBatchAndSequence) {
+  manual_seed(5);
+  TinyLanguageModel model;
+  model.eval();
+  model.hybridize();
+  {
+    NoGradGuard no_grad;
+    model(tokens(3, 7));
+  }
+  model.export_model(path("lm"), {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
+  LoadedModel loaded = load(path("lm"));
+  EXPECT_EQ(loaded.inputs()[0].shape_text(), "[batch, seq]");
+  EXPECT_EQ(loaded.outputs()[0].shape_text(), str_cat("[batch, seq, ", kVocab, "]"));
+  for (auto [batch, seq] : {std::pair<int64_t, int64_t>{3, 7}, {1, 1}, {2, 12}, {5, 3}, {4, 9}}) {
+    SCOPED_TRACE(str_cat("batch ", batch, ", seq ", seq));
+    Tensor x = tokens(batch, seq);
+    expect_near(values_of(loaded.run({x})[0]), eager_values(model, x), 1e-4);
+  }
+  // The positional table has kMaxLen rows: the limit the trace found.
+  const std::string error = error_of([&] { loaded.run({tokens(2, kMaxLen + 1)}); });
+  EXPECT_THAT(error, AllOf(HasSubstr("seq = 13 is more than the model allows"),
+                           HasSubstr(str_cat("seq <= ", kMaxLen)),
+                           HasSubstr("(slice in 'positions', traced at eager/free_dims_test.cc")));
+  // A fixed dimension stays fixed, and the message spells the free ones.
+  EXPECT_THAT(error_of([&] {
+                loaded.run({tokens(2, 3).reshape({2, 3, 1})});
+              }),
+              HasSubstr("must have shape [batch, seq], got [2, 3, 1]"));
+}
+
+// Verifies the same of the default export (batch free) for a model that
+// flattens by hand: the flattened size is batch*features, which the old
+// exporter's rewrite of dimension 0 could not express.
+TEST_F(FreeDims, AFlattenOfTheBatchFollowsIt) {
+  HybridFunction f([](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    Tensor flat = reshape(x, {x.shape()[0] * x.shape()[1]});
+    return std::vector<Tensor>{reshape(relu(flat), {x.shape()[0], x.shape()[1]})};
+  });
+  {
+    NoGradGuard no_grad;
+    f({randn({4, 3})});
+  }
+  f.export_model(path("flat"));
+  LoadedModel loaded = load(path("flat"));
+  for (int64_t batch : {1, 4, 6}) {
+    Tensor x = randn({batch, 3});
+    expect_near(values_of(loaded.run({x})[0]), values_of(relu(x)), 0);
+  }
+}
+
+// Verifies that one name on two inputs is one size: the loaded model
+// refuses inputs that disagree on it.
+TEST_F(FreeDims, ANameSharedByTwoInputsIsOneSize) {
+  HybridFunction f([](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{matmul(in[0], transpose(in[1], {1, 0}))};
+  });
+  {
+    NoGradGuard no_grad;
+    f({randn({5, 4}), randn({6, 4})});
+  }
+  f.export_model(path("mm"), {},
+                 {.dynamic_dims = {{"input0", {{0, "rows"}, {-1, "k"}}}, {"input1", {{1, "k"}}}}});
+  LoadedModel loaded = load(path("mm"));
+  Tensor a = randn({2, 9}), b = randn({6, 9});
+  expect_near(values_of(loaded.run({a, b})[0]), values_of(matmul(a, transpose(b, {1, 0}))), 1e-5);
+  EXPECT_THAT(error_of([&] {
+                loaded.run({randn({2, 9}), randn({6, 8})});
+              }),
+              AllOf(HasSubstr("input 'input1' has k = 8"), HasSubstr("'input0' has k = 9")));
+}
+
+// Verifies that what no polynomial of the free dimensions gives (half the
+// sequence, rounded down) is refused at export, naming the node and the
+// sizes seen, and that nothing is written.
+TEST_F(FreeDims, ASizeThatIsNoPolynomialIsRefused) {
+  HybridFunction f([](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    return std::vector<Tensor>{slice(x, 1, 0, x.shape()[1] / 2, 1)};
+  });
+  {
+    NoGradGuard no_grad;
+    f({randn({2, 8})});
+  }
+  const std::string error = error_of([&] {
+    f.export_model(path("half"), {}, {.dynamic_dims = {{"input0", {{1, "seq"}}}}});
+  });
+  EXPECT_THAT(error, AllOf(HasSubstr("export_model("),
+                           HasSubstr("dimension 1 of the output of node 0 (slice, traced at "
+                                     "eager/free_dims_test.cc"),
+                           HasSubstr("4 at seq = 8, 3 at seq = 7, 3 at seq = 6"),
+                           HasSubstr("no sum of products")));
+  EXPECT_FALSE(fs::exists(path("half.json")));
+}
+
+// Verifies that code that branches on a size, and a tensor made on the host
+// at a size, are refused at export with what they are.
+TEST_F(FreeDims, CodeThatTakesAnotherPathOrHostTensorsAreRefused) {
+  HybridFunction branches([](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    return std::vector<Tensor>{x.shape()[1] > 6 ? relu(x) : sigmoid(x)};
+  });
+  HybridFunction host([](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    std::vector<float> ramp(static_cast<size_t>(x.shape()[1]));
+    for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i);
+    return std::vector<Tensor>{add(x, Tensor::from_vector(ramp, Shape{x.shape()[1]}))};
+  });
+  NoGradGuard no_grad;
+  branches({randn({2, 7})});
+  host({randn({2, 7})});
+  const ExportOptions seq_free{.dynamic_dims = {{"input0", {{1, "seq"}}}}};
+  EXPECT_THAT(error_of([&] { branches.export_model(path("b"), {}, seq_free); }),
+              AllOf(HasSubstr("takes another path at other sizes"), HasSubstr("seq = 6")));
+  EXPECT_THAT(error_of([&] { host.export_model(path("h"), {}, seq_free); }),
+              AllOf(HasSubstr("captured tensor"), HasSubstr("[7]"), HasSubstr("from_vector")));
+}
+
+// Verifies that the names given are checked against the inputs.
+TEST_F(FreeDims, BadNamesAndAxesAreRefused) {
+  HybridFunction f([](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(in[0])}; });
+  NoGradGuard no_grad;
+  f({randn({2, 3})});
+  EXPECT_THAT(error_of([&] {
+                f.export_model(path("f"), {}, {.dynamic_dims = {{"x", {{0, "n"}}}}});
+              }),
+              HasSubstr("names input 'x', but the model's inputs are input0"));
+  EXPECT_THAT(error_of([&] {
+                f.export_model(path("f"), {}, {.dynamic_dims = {{"input0", {{2, "n"}}}}});
+              }),
+              HasSubstr("axis 2 of input 'input0', which has shape [2, 3]"));
+  EXPECT_THAT(error_of([&] {
+                f.export_model(path("f"), {}, {.dynamic_dims = {{"input0", {{0, "a b"}}}}});
+              }),
+              HasSubstr("'a b' (axis 0 of input 'input0') is not a valid dimension name"));
+  EXPECT_THAT(error_of([&] {
+                f.export_model(path("f"), {}, {.dynamic_dims = {{"input0", {{0, "n"}, {1, "n"}}}}});
+              }),
+              HasSubstr("one name is one size"));
+}
+
+// Verifies that a recurrent layer, unrolled over the sequence, has no one
+// graph for every length: refused with why (a free batch is fine).
+TEST_F(FreeDims, AnUnrolledRecurrenceCannotFreeTheSequence) {
+  manual_seed(2);
+  nn::LSTM model(nn::RecurrentOptions{.input_size = 3, .hidden_size = 4});
+  model.eval();
+  model.hybridize();
+  {
+    NoGradGuard no_grad;
+    model(randn({2, 5, 3}));
+  }
+  EXPECT_THAT(error_of([&] {
+                model.export_model(path("lstm"),
+                                   {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
+              }),
+              HasSubstr("its code takes another path at other sizes"));
+  model.export_model(path("lstm"));  // Batch only.
+  LoadedModel loaded = load(path("lstm"));
+  Tensor x = randn({6, 5, 3});
+  expect_near(values_of(loaded.run({x})[0]), eager_values(model, x), 1e-5);
+}
+
+}  // namespace
+}  // namespace tandem

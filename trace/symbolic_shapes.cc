@@ -1,0 +1,468 @@
+#include "trace/symbolic_shapes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <variant>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_join.h"
+
+#include "core/error.h"
+#include "kernels/known_ops.h"
+
+namespace tandem::trace {
+namespace {
+
+constexpr size_t kMaxSymbols = 4;
+
+// "node 5 (reshape in 'encoder.0', traced at model.cc:12)".
+std::string node_text(const Graph& graph, size_t n, absl::Span<const std::string> sources) {
+  const std::string& source = n < sources.size() ? sources[n] : std::string();
+  const std::string& scope = graph.nodes[n].scope;
+  return str_cat("node ", n, " (", graph.nodes[n].op->name,
+                 scope.empty() ? std::string() : str_cat(" in '", scope, "'"),
+                 source.empty() ? std::string() : str_cat(", traced at ", source), ")");
+}
+
+// The number at each point of the plan, as the polynomial the grid gives,
+// checked at the last point; nullopt for a number that never changes.
+// `what` names the number for the error.
+std::optional<SizeExpr> fit(const ProbePlan& plan, absl::Span<const int64_t> numbers,
+                            const std::string& what) {
+  if (std::all_of(numbers.begin(), numbers.end(),
+                  [&](int64_t v) { return v == numbers.front(); })) {
+    return std::nullopt;
+  }
+  const size_t corners = size_t{1} << plan.symbols.size();
+  SizeExpr poly;
+  try {
+    // Lagrange interpolation on the grid: symbol s takes a (bit clear) or
+    // b = a +- 1 (bit set), so each basis polynomial has integer
+    // coefficients: (x - b) / (a - b) = d*b - d*x and (x - a) / (b - a) =
+    // d*x - d*a, with d = b - a.
+    for (size_t m = 0; m < corners; ++m) {
+      SizeExpr term = SizeExpr::constant(numbers[m]);
+      for (size_t s = 0; s < plan.symbols.size(); ++s) {
+        const std::string& name = plan.symbols[s];
+        const int64_t a = plan.points[0].at(name);
+        const int64_t b = plan.points[size_t{1} << s].at(name);
+        const int64_t d = b - a;
+        const SizeExpr x = SizeExpr::symbol(name);
+        term = term * ((m >> s) & 1 ? SizeExpr::constant(d) * x + SizeExpr::constant(-d * a)
+                                    : SizeExpr::constant(-d) * x + SizeExpr::constant(d * b));
+      }
+      poly = poly + term;
+    }
+  } catch (const Error& e) {
+    throw Error(str_cat(what, " cannot be written as a size: ", e.message()));
+  }
+  const SymbolValues& check = plan.points.back();
+  std::optional<int64_t> predicted;
+  try {
+    predicted = poly.evaluate(check, what);
+  } catch (const Error&) {
+  }
+  if (!predicted || *predicted != numbers.back()) {
+    std::vector<std::string> seen;
+    for (size_t i = 0; i < numbers.size(); ++i) {
+      seen.push_back(str_cat(numbers[i], " at ", values_text(plan.points[i])));
+    }
+    throw Error(str_cat(what, " is ", absl::StrJoin(seen, ", "),
+                        ": no sum of products of the free dimensions gives that, so this graph "
+                        "cannot follow them (fix the dimension, or compute the size from the "
+                        "input's shape with + and * only)"));
+  }
+  return poly;
+}
+
+bool same_kind(const kernels::AttrValue& a, const kernels::AttrValue& b) {
+  return a.index() == b.index();
+}
+
+// Throws unless `graphs` are one graph up to sizes: the same inputs, nodes
+// (ops, wiring, attribute names and every attribute that is not a size)
+// and outputs.
+void check_same_structure(const ProbePlan& plan, absl::Span<const Graph> graphs,
+                          absl::Span<const std::string> sources) {
+  const Graph& g0 = graphs[0];
+  for (size_t p = 1; p < graphs.size(); ++p) {
+    const Graph& g = graphs[p];
+    const std::string at = str_cat("at ", values_text(plan.points[p]), " (traced at ",
+                                   values_text(plan.points[0]), ")");
+    TANDEM_CHECK(g.inputs.size() == g0.inputs.size() && g.values.size() == g0.values.size(),
+                 "the model reads ", g.inputs.size(), " inputs and makes ", g.values.size(),
+                 " values ", at, " but ", g0.inputs.size(), " and ", g0.values.size(),
+                 " at the example: its code takes another path at other sizes, so it has no "
+                 "one graph for them");
+    for (size_t i = 0; i < g0.inputs.size(); ++i) {
+      const GraphInput& a = g0.inputs[i];
+      const GraphInput& b = g.inputs[i];
+      TANDEM_CHECK(a.kind == b.kind && a.value == b.value &&
+                       g.value(b.value).dtype == g0.value(a.value).dtype,
+                   "graph input ", i, " is '", b.name, "' ", at, " but '", a.name,
+                   "' at the example: the model's code takes another path at other sizes");
+    }
+    const size_t nodes = std::min(g.nodes.size(), g0.nodes.size());
+    for (size_t n = 0; n < nodes; ++n) {
+      const Node& a = g0.nodes[n];
+      const Node& b = g.nodes[n];
+      bool same = a.op == b.op && a.inputs == b.inputs && a.outputs == b.outputs &&
+                  a.attrs.items().size() == b.attrs.items().size();
+      for (size_t k = 0; same && k < a.attrs.items().size(); ++k) {
+        const auto& [name_a, value_a] = a.attrs.items()[k];
+        const auto& [name_b, value_b] = b.attrs.items()[k];
+        same =
+            name_a == name_b && same_kind(value_a, value_b) &&
+            (std::holds_alternative<int64_t>(value_a) || std::holds_alternative<double>(value_a) ||
+             std::holds_alternative<std::vector<int64_t>>(value_a) || value_a == value_b);
+        if (same && std::holds_alternative<std::vector<int64_t>>(value_a)) {
+          same = std::get<std::vector<int64_t>>(value_a).size() ==
+                 std::get<std::vector<int64_t>>(value_b).size();
+        }
+      }
+      TANDEM_CHECK(same, node_text(g0, n, sources), " is ", b.op->name, " with other inputs or ",
+                   "attributes ", at,
+                   ": the model's code takes another path at other sizes, "
+                   "so it has no one graph for them");
+    }
+    TANDEM_CHECK(g.nodes.size() == g0.nodes.size(), "the model makes ", g.nodes.size(), " nodes ",
+                 at, " but ", g0.nodes.size(),
+                 " at the example: its code takes "
+                 "another path at other sizes");
+    bool same_outputs = g.outputs.size() == g0.outputs.size();
+    for (size_t o = 0; same_outputs && o < g.outputs.size(); ++o) {
+      same_outputs = g.outputs[o].value == g0.outputs[o].value;
+    }
+    TANDEM_CHECK(same_outputs, "the model returns other values ", at,
+                 ": its code takes another path at other sizes");
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      TANDEM_CHECK(g.values[v].shape.rank() == g0.values[v].shape.rank(), "value ", v, " has rank ",
+                   g.values[v].shape.rank(), " ", at, " but ", g0.values[v].shape.rank(),
+                   " at the example");
+    }
+  }
+}
+
+// A slice of a fixed-size axis by a free bound (positional encodings:
+// table[0:seq]) is only what the trace saw while the bound fits the axis;
+// past it the slice would clamp.
+void find_slice_limits(const Graph& graph, SymbolicShapes& symbolic) {
+  for (const SymbolicAttr& attr : symbolic.attrs) {
+    const Node& node = graph.nodes[static_cast<size_t>(attr.node)];
+    if (node.op != &kernels::slice_op() || (attr.attr != "begin" && attr.attr != "end")) continue;
+    const Shape& in = graph.value(node.inputs[0]).shape;
+    int64_t axis = node.attrs.get_int("axis");
+    if (axis < 0) axis += in.rank();
+    if (symbolic.dim(node.inputs[0], static_cast<int>(axis)) != nullptr) continue;
+    symbolic.limits.push_back({attr.size, in[static_cast<int>(axis)], attr.node});
+  }
+}
+
+// `graph` with its data inputs given `data_shapes`, `attrs` in place of the
+// nodes' own, and every node's outputs inferred again. `renumber` maps the
+// old value ids to the new.
+Graph reinfer(const Graph& graph, absl::Span<const Shape> data_shapes,
+              const std::vector<kernels::Attrs>& attrs, absl::Span<const std::string> sources,
+              const std::string& at, std::vector<ValueId>& renumber) {
+  Graph out;
+  renumber.assign(graph.values.size(), -1);
+  size_t data = 0;
+  for (const GraphInput& input : graph.inputs) {
+    const Value& v = graph.value(input.value);
+    if (input.kind == InputKind::kConstant) {
+      renumber[input.value] = out.add_constant(input.name, input.constant);
+      continue;
+    }
+    Shape shape = v.shape;
+    if (input.kind == InputKind::kData) {
+      TANDEM_INTERNAL_ASSERT(data < data_shapes.size(), "too few data shapes");
+      shape = data_shapes[data++];
+    }
+    renumber[input.value] = out.add_input(input.name, input.kind, shape, v.dtype);
+  }
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    std::vector<ValueId> inputs;
+    for (ValueId id : node.inputs) inputs.push_back(renumber[id]);
+    std::vector<ValueId> outputs;
+    try {
+      outputs = out.add_node(*node.op, attrs[n], std::move(inputs), node.where, node.scope);
+    } catch (const Error& e) {
+      throw Error(
+          str_cat(node_text(graph, n, sources), " cannot take the shapes ", at, ": ", e.message()));
+    }
+    for (size_t k = 0; k < outputs.size(); ++k) renumber[node.outputs[k]] = outputs[k];
+  }
+  for (const GraphOutput& output : graph.outputs) {
+    out.add_output(renumber[output.value], output.name);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string values_text(const SymbolValues& values) {
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : values) parts.push_back(str_cat(name, " = ", value));
+  return absl::StrJoin(parts, ", ");
+}
+
+const SizeExpr* SymbolicShapes::dim(ValueId value, int axis) const {
+  auto it = std::lower_bound(dims.begin(), dims.end(), std::pair(value, axis),
+                             [](const SymbolicDim& d, const std::pair<ValueId, int>& key) {
+                               return std::pair(d.value, d.axis) < key;
+                             });
+  return it != dims.end() && it->value == value && it->axis == axis ? &it->size : nullptr;
+}
+
+std::vector<std::string> SymbolicShapes::symbols() const {
+  std::vector<std::string> names;
+  for (const SymbolicDim& d : dims) {
+    for (std::string& name : d.size.symbols()) names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+std::string SymbolicShapes::shape_text(const Graph& graph, ValueId value) const {
+  const Shape& shape = graph.value(value).shape;
+  std::vector<std::string> parts;
+  for (int a = 0; a < shape.rank(); ++a) {
+    const SizeExpr* size = dim(value, a);
+    parts.push_back(size ? size->to_string() : std::to_string(shape[a]));
+  }
+  return str_cat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+ProbePlan plan_probes(const SymbolValues& example) {
+  TANDEM_CHECK(example.size() <= kMaxSymbols, "at most ", kMaxSymbols,
+               " named free dimensions are supported, got ", example.size(), " (",
+               values_text(example), ")");
+  ProbePlan plan;
+  for (const auto& [name, value] : example) plan.symbols.push_back(name);
+  const size_t corners = size_t{1} << example.size();
+  plan.points.resize(corners + 1, example);
+  for (const auto& [name, value] : example) {
+    const int64_t step = value >= 4 ? -1 : 1;
+    for (size_t m = 0; m < corners; ++m) {
+      const size_t s = static_cast<size_t>(
+          std::find(plan.symbols.begin(), plan.symbols.end(), name) - plan.symbols.begin());
+      if ((m >> s) & 1) plan.points[m][name] = value + step;
+    }
+    plan.points[corners][name] = value + 2 * step;
+  }
+  return plan;
+}
+
+SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph> graphs,
+                                   absl::Span<const std::string> sources) {
+  TANDEM_INTERNAL_ASSERT(graphs.size() == plan.points.size(), "one graph per probe point");
+  check_same_structure(plan, graphs, sources);
+  const Graph& g0 = graphs[0];
+  SymbolicShapes symbolic;
+  std::vector<int64_t> numbers(graphs.size());
+
+  // Captured tensors are read live and written as they are: one that follows
+  // the dimensions was made by host code the graph cannot rerun.
+  std::vector<bool> is_state(g0.values.size(), false);
+  for (const GraphInput& input : g0.inputs) is_state[input.value] = input.kind != InputKind::kData;
+
+  for (size_t v = 0; v < g0.values.size(); ++v) {
+    const ValueId id = static_cast<ValueId>(v);
+    for (int a = 0; a < g0.values[v].shape.rank(); ++a) {
+      for (size_t p = 0; p < graphs.size(); ++p) numbers[p] = graphs[p].values[v].shape[a];
+      const int node = g0.values[v].node;
+      const std::string what = node >= 0
+                                   ? str_cat("dimension ", a, " of the output of ",
+                                             node_text(g0, static_cast<size_t>(node), sources))
+                                   : str_cat("dimension ", a, " of graph input ", id);
+      std::optional<SizeExpr> size = fit(plan, numbers, what);
+      if (!size) continue;
+      if (is_state[v]) {
+        std::string name;
+        for (const GraphInput& input : g0.inputs) name = input.value == id ? input.name : name;
+        throw Error(str_cat("the traced code captured tensor '", name, "' of shape ",
+                            g0.values[v].shape.to_string(),
+                            " whose size follows the free "
+                            "dimensions (",
+                            size->to_string(),
+                            "): it was made on the host (e.g. "
+                            "Tensor::from_vector), which a graph cannot redo at other sizes; make "
+                            "it with ops (arange, full, tril_mask) from the input's shape"));
+      }
+      symbolic.dims.push_back({id, a, std::move(*size)});
+    }
+  }
+
+  for (size_t n = 0; n < g0.nodes.size(); ++n) {
+    const auto& items = g0.nodes[n].attrs.items();
+    for (size_t k = 0; k < items.size(); ++k) {
+      const auto& [name, value] = items[k];
+      const std::string what = str_cat("attribute '", name, "' of ", node_text(g0, n, sources));
+      auto attr_of = [&](size_t p) -> const kernels::AttrValue& {
+        return graphs[p].nodes[n].attrs.items()[k].second;
+      };
+      if (std::holds_alternative<int64_t>(value)) {
+        for (size_t p = 0; p < graphs.size(); ++p) numbers[p] = std::get<int64_t>(attr_of(p));
+        if (auto size = fit(plan, numbers, what)) {
+          symbolic.attrs.push_back({static_cast<int>(n), name, -1, std::move(*size)});
+        }
+      } else if (std::holds_alternative<double>(value)) {
+        // A double that counts (arange's stop) is a size; any other that
+        // changes with the sizes (a mean's 1/n) has no expression.
+        bool integral = true, same = true;
+        for (size_t p = 0; p < graphs.size(); ++p) {
+          const double x = std::get<double>(attr_of(p));
+          same = same && (x == std::get<double>(value) ||
+                          (std::isnan(x) && std::isnan(std::get<double>(value))));
+          integral = integral && x == std::trunc(x) && std::abs(x) < 9.0e15;
+          numbers[p] = integral ? static_cast<int64_t>(x) : 0;
+        }
+        if (same) continue;
+        TANDEM_CHECK(integral, what, " changes with the free dimensions (", std::get<double>(value),
+                     " at ", values_text(plan.points[0]), ", ", std::get<double>(attr_of(1)),
+                     " at ", values_text(plan.points[1]),
+                     ") and is no whole number, so no size expression gives it; compute it "
+                     "with ops from the input's shape");
+        if (auto size = fit(plan, numbers, what)) {
+          symbolic.attrs.push_back({static_cast<int>(n), name, -1, std::move(*size)});
+        }
+      } else if (std::holds_alternative<std::vector<int64_t>>(value)) {
+        const size_t count = std::get<std::vector<int64_t>>(value).size();
+        for (size_t e = 0; e < count; ++e) {
+          for (size_t p = 0; p < graphs.size(); ++p) {
+            numbers[p] = std::get<std::vector<int64_t>>(attr_of(p))[e];
+          }
+          if (auto size = fit(plan, numbers, str_cat(what, " (element ", e, ")"))) {
+            symbolic.attrs.push_back(
+                {static_cast<int>(n), name, static_cast<int>(e), std::move(*size)});
+          }
+        }
+      }
+    }
+  }
+  find_slice_limits(g0, symbolic);
+  return symbolic;
+}
+
+SymbolValues bind_symbols(const Graph& graph, const SymbolicShapes& symbolic,
+                          absl::Span<const Shape> data_shapes) {
+  SymbolValues values;
+  absl::flat_hash_map<std::string, std::string> bound_by;
+  size_t data = 0;
+  for (const GraphInput& input : graph.inputs) {
+    if (input.kind != InputKind::kData) continue;
+    TANDEM_INTERNAL_ASSERT(data < data_shapes.size(), "one shape per data input");
+    const Shape& shape = data_shapes[data++];
+    const Shape& traced = graph.value(input.value).shape;
+    const std::string expected = symbolic.shape_text(graph, input.value);
+    TANDEM_CHECK(shape.rank() == traced.rank(), "input '", input.name, "' must have shape ",
+                 expected, ", got ", shape.to_string());
+    for (int a = 0; a < shape.rank(); ++a) {
+      const SizeExpr* size = symbolic.dim(input.value, a);
+      if (size == nullptr) {
+        TANDEM_CHECK(shape[a] == traced[a], "input '", input.name, "' must have shape ", expected,
+                     ", got ", shape.to_string(), ": dimension ", a, " is fixed at ", traced[a]);
+        continue;
+      }
+      const std::string name = size->as_symbol();
+      TANDEM_INTERNAL_ASSERT(!name.empty(), "a data input's free dimension is a name");
+      auto [it, inserted] = values.emplace(name, shape[a]);
+      if (inserted) {
+        bound_by[name] = input.name;
+      } else {
+        TANDEM_CHECK(it->second == shape[a], "input '", input.name, "' has ", name, " = ", shape[a],
+                     " (shape ", shape.to_string(), ") but input '", bound_by[name], "' has ", name,
+                     " = ", it->second, "; a named dimension has one size");
+      }
+    }
+  }
+  return values;
+}
+
+namespace {
+
+// infer_at, with the map from `graph`'s value ids to the result's.
+Graph infer_at(const Graph& graph, const SymbolicShapes& symbolic, const SymbolValues& values,
+               absl::Span<const std::string> sources, std::vector<ValueId>& renumber) {
+  std::vector<kernels::Attrs> attrs;
+  attrs.reserve(graph.nodes.size());
+  for (const Node& node : graph.nodes) attrs.push_back(node.attrs);
+  for (const SymbolicAttr& a : symbolic.attrs) {
+    const size_t n = static_cast<size_t>(a.node);
+    const int64_t size = a.size.evaluate(values, node_text(graph, n, sources));
+    kernels::Attrs& target = attrs[n];
+    const kernels::AttrValue* old = target.find(a.attr);
+    TANDEM_INTERNAL_ASSERT(old != nullptr, "a symbolic attribute the node lacks");
+    if (std::holds_alternative<std::vector<int64_t>>(*old)) {
+      std::vector<int64_t> ints = std::get<std::vector<int64_t>>(*old);
+      ints[static_cast<size_t>(a.element)] = size;
+      target.set(a.attr, std::move(ints));
+    } else if (std::holds_alternative<double>(*old)) {
+      target.set(a.attr, static_cast<double>(size));
+    } else {
+      target.set(a.attr, size);
+    }
+  }
+  std::vector<Shape> data_shapes;
+  for (const GraphInput& input : graph.inputs) {
+    if (input.kind != InputKind::kData) continue;
+    const Shape& traced = graph.value(input.value).shape;
+    Shape::Dims dims(traced.begin(), traced.end());
+    for (int a = 0; a < traced.rank(); ++a) {
+      if (const SizeExpr* size = symbolic.dim(input.value, a)) {
+        dims[static_cast<size_t>(a)] = size->evaluate(values, str_cat("input '", input.name, "'"));
+      }
+    }
+    data_shapes.emplace_back(absl::MakeConstSpan(dims));
+  }
+  return reinfer(graph, data_shapes, attrs, sources, values_text(values), renumber);
+}
+
+}  // namespace
+
+Graph infer_at(const Graph& graph, const SymbolicShapes& symbolic, const SymbolValues& values,
+               absl::Span<const std::string> sources) {
+  std::vector<ValueId> renumber;
+  return infer_at(graph, symbolic, values, sources, renumber);
+}
+
+Graph instantiate(const Graph& graph, const SymbolicShapes& symbolic, const SymbolValues& values,
+                  absl::Span<const std::string> sources) {
+  const std::string at = values_text(values);
+  for (const SizeLimit& limit : symbolic.limits) {
+    const int64_t size = limit.size.evaluate(values, "a limit");
+    TANDEM_CHECK(size <= limit.max, limit.size.to_string(), " = ", size, " is more than the model ",
+                 "allows: the trace found ", limit.size.to_string(), " <= ", limit.max, " at ",
+                 node_text(graph, static_cast<size_t>(limit.node), sources),
+                 ", which takes that many rows of a table of ", limit.max, " (at ", at, ")");
+  }
+  std::vector<ValueId> renumber;
+  Graph out = infer_at(graph, symbolic, values, sources, renumber);
+  for (size_t v = 0; v < graph.values.size(); ++v) {
+    const ValueId id = static_cast<ValueId>(v);
+    const Shape& traced = graph.values[v].shape;
+    const Shape& inferred = out.value(renumber[v]).shape;
+    bool as_expected = inferred.rank() == traced.rank();
+    for (int a = 0; as_expected && a < traced.rank(); ++a) {
+      const SizeExpr* size = symbolic.dim(id, a);
+      as_expected = inferred[a] == (size ? size->evaluate(values, "a shape") : traced[a]);
+    }
+    if (as_expected) continue;
+    const int node = graph.values[v].node;
+    TANDEM_CHECK(false, "at ", at, ", ",
+                 node >= 0 ? node_text(graph, static_cast<size_t>(node), sources)
+                           : std::string("a graph input"),
+                 " gives shape ", inferred.to_string(), " where the trace says ",
+                 symbolic.shape_text(graph, id),
+                 ": the model computes something else at these "
+                 "sizes than what was traced, so they are refused");
+  }
+  return out;
+}
+
+}  // namespace tandem::trace
