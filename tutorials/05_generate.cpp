@@ -6,11 +6,13 @@
 //   build/release/tutorials/05_generate char_lm_lstm "Once upon a time"
 //
 // Like tutorial 04 it links only core, kernels, trace and serialization
-// (tutorials/CMakeLists.txt). The saved graph takes int64 bytes [batch,
-// context] with the context fixed at the length it was traced at, and gives
-// 256 logits per position. A position sees only the bytes before it, so a
-// shorter text is padded on the right and the logits of its last byte are
-// read; a longer one is cut to its last `context` bytes.
+// (tutorials/CMakeLists.txt). The saved graph takes int64 bytes [batch, seq]
+// and gives 256 logits per position. The transformer's export leaves seq
+// free up to the traced context (its signature says [batch, seq]): the
+// model reads the text's last bytes as they are. The LSTM's keeps the
+// traced length: a position sees only the bytes before it, so a shorter
+// text is padded on the right and the logits of its last byte are read.
+// Either way a longer text is cut to its last `context` bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,15 +29,16 @@ namespace {
 
 // The next byte after `text`: the most likely one when temperature is 0,
 // otherwise sampled from softmax(logits / temperature).
-char next_byte(const LoadedModel& model, const std::string& text, int64_t context,
+char next_byte(const LoadedModel& model, const std::string& text, int64_t context, bool free_length,
                double temperature, std::mt19937_64& rng) {
   const size_t length = std::min<size_t>(text.size(), static_cast<size_t>(context));
-  std::vector<int64_t> bytes(static_cast<size_t>(context), 0);  // Right padding.
+  const int64_t columns = free_length ? static_cast<int64_t>(length) : context;
+  std::vector<int64_t> bytes(static_cast<size_t>(columns), 0);  // Right padding, if any.
   for (size_t i = 0; i < length; ++i) {
     bytes[i] = static_cast<unsigned char>(text[text.size() - length + i]);
   }
   std::vector<float> logits =
-      model.run({Tensor::from_vector(bytes, {1, context})})[0].to_vector<float>();
+      model.run({Tensor::from_vector(bytes, {1, columns})})[0].to_vector<float>();
   const auto row = logits.begin() + static_cast<std::ptrdiff_t>((length - 1) * 256);
   const size_t best = static_cast<size_t>(std::max_element(row, row + 256) - row);
   if (temperature == 0) return static_cast<char>(best);
@@ -68,14 +71,15 @@ int main(int argc, char** argv) try {
                ".json does not take int64 [batch, context] bytes; got ", dtype_name(input.dtype),
                input.shape.to_string());
   const int64_t context = input.shape[1];
-  std::printf("loaded %s.json: context %lld bytes\n", path.c_str(),
-              static_cast<long long>(context));
+  const bool free_length = !input.free_dims[1].empty();
+  std::printf("loaded %s.json: input %s, %s %lld bytes\n", path.c_str(), input.shape_text().c_str(),
+              free_length ? "up to" : "exactly", static_cast<long long>(context));
 
   std::mt19937_64 rng(0);
   for (double temperature : {0.0, 0.8}) {
     std::string text = prompt;
     for (int i = 0; i < count; ++i)
-      text.push_back(next_byte(model, text, context, temperature, rng));
+      text.push_back(next_byte(model, text, context, free_length, temperature, rng));
     std::printf("%s: %s\n", temperature == 0 ? "greedy" : "sampled (temperature 0.8)",
                 text.c_str());
   }

@@ -24,8 +24,10 @@
 //      shifted by one as the target), AdamW with warm-up and cosine decay,
 //      gradients clipped to norm 1; validate after each epoch.
 //   4. Write text from a prompt, greedily and sampled.
-//   5. Export (PATH.json and its params file; the batch stays free, the
-//      context length is the traced one).
+//   5. Export (PATH.json and its params file). The transformer's batch and
+//      sequence length stay free (any length up to --context, the length of
+//      its positional table); the LSTM, unrolled over the sequence, keeps
+//      the traced length and only the batch free.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -127,7 +129,8 @@ Tensor windows(const std::string& text, const std::vector<size_t>& starts, int64
 
 // The model: bytes in, 256 logits per position out. A position sees only
 // the bytes before it (a causal mask in the transformer; an LSTM reads
-// forwards), which is what lets tutorial 05_generate pad a short prompt.
+// forwards), which is what lets tutorial 05_generate pad a short prompt for
+// a model whose length is fixed.
 std::shared_ptr<nn::Sequential> make_model(const Flags& flags) {
   const int64_t d = flags.quick ? 32 : 128;
   if (flags.model == "lstm") {
@@ -270,13 +273,17 @@ int main(int argc, char** argv) try {
   std::printf("sampled (temperature 0.8): %s\n",
               generate(*model, prompt, count, flags.context, 0.8, rng).c_str());
 
-  // 5. Export: hybridize the model and call it once at [1, context]; the
-  // batch stays free, the context is fixed at the traced length.
+  // 5. Export: hybridize the model and call it once at [1, context]. The
+  // export traces it at a few other sizes and writes every size in the graph
+  // as an expression of the free dimensions (README, "Free dimensions").
   {
     NoGradGuard no_grad;
     model->hybridize();
     (*model)(zeros({1, flags.context}, DType::kInt64));
-    model->export_model(flags.export_path);
+    ExportOptions options;
+    if (flags.model == "transformer")
+      options.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}};
+    model->export_model(flags.export_path, options);
   }
   std::printf("exported %s.json (with the params file it names)\n", flags.export_path.c_str());
   engine::current().wait_all();

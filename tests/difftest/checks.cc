@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -310,15 +311,15 @@ class ScratchModel {
 };
 
 // The model of `spec` in eval mode, hybridized, called once at the traced
-// batch size and exported to `files`.
+// batch size and exported to `files` with `options`.
 LoadedModel export_and_load(const ModelSpec& spec, const BuiltModel& model,
-                            const ScratchModel& files) {
+                            const ScratchModel& files, const ExportOptions& options = {}) {
   {
     NoGradGuard no_grad;
     model.model->hybridize();
     (*model.model)(model_input(spec, spec.batch, seed_for(spec, 100)));
   }
-  model.model->export_model(files.path());
+  model.model->export_model(files.path(), options);
   return load(files.path());
 }
 
@@ -424,14 +425,87 @@ std::optional<std::string> check_other_process(const ModelSpec& spec, const Chec
   });
 }
 
+// The spec with dimension `axis` of its input (counting the batch as 0)
+// of size `size`.
+ModelSpec with_input_size(ModelSpec spec, size_t axis, int64_t size) {
+  spec.input[axis - 1] = size;
+  return spec;
+}
+
+// Sizes of dimension `axis` that the export's probes never visit (they
+// move by one and two), each with a batch size.
+std::vector<std::pair<int64_t, int64_t>> unseen_sizes(const ModelSpec& spec, size_t axis) {
+  const int64_t size = spec.input[axis - 1];
+  std::vector<std::pair<int64_t, int64_t>> sizes{{spec.other_batch, size + 3}};
+  if (size > 3) sizes.emplace_back(spec.batch, size - 3);
+  return sizes;
+}
+
+// The first axis past the batch along which the eager model also takes
+// the unseen sizes (a sequence or a length, not the features a linear
+// layer fixes), if any.
+std::optional<size_t> length_axis(const ModelSpec& spec) {
+  BuiltModel m = build(spec);
+  m.model->eval();
+  NoGradGuard no_grad;
+  for (size_t axis = 1; axis <= spec.input.size(); ++axis) {
+    try {
+      for (const auto& [batch, size] : unseen_sizes(spec, axis)) {
+        m.model->forward(model_input(with_input_size(spec, axis, size), batch, 1));
+      }
+      return axis;
+    } catch (const Error&) {
+    }
+  }
+  return std::nullopt;
+}
+
+// Exported with the batch and a length free (ExportOptions::dynamic_dims),
+// the loaded model gives the eager answer at lengths it was never traced at,
+// or the export refuses the model with an Error (code that no one graph
+// follows, such as a recurrence unrolled over the length): never another
+// answer.
+std::optional<std::string> check_free_length(const ModelSpec& spec, const CheckOptions& options) {
+  const std::optional<size_t> axis = length_axis(spec);
+  if (!axis) return std::nullopt;
+  return compare_runs(spec, [&](BuiltModel& m, bool tested) {
+    m.model->eval();
+    std::optional<ScratchModel> files;
+    std::optional<LoadedModel> loaded;
+    if (tested) {
+      files.emplace(options, spec);
+      try {
+        loaded = export_and_load(
+            spec, m, *files,
+            {.dynamic_dims = {{"input0", {{0, "batch"}, {static_cast<int>(*axis), "len"}}}}});
+      } catch (const Error&) {
+        // Refused: an answer too (the files were never written); the model
+        // runs eagerly below, as the reference does.
+      }
+    }
+    NoGradGuard no_grad;
+    Results results;
+    int call = 0;
+    for (const auto& [batch, size] : unseen_sizes(spec, *axis)) {
+      Tensor x = input_for(
+          m, model_input(with_input_size(spec, *axis, size), batch, seed_for(spec, 150 + call)));
+      results.emplace_back(str_cat("loaded model at batch ", batch, ", length ", size, " output"),
+                           loaded ? loaded->run({x})[0] : m.model->forward(x));
+      ++call;
+    }
+    return results;
+  });
+}
+
 using Check = std::optional<std::string> (*)(const ModelSpec&, const CheckOptions&);
 
 const std::vector<std::pair<std::string, Check>>& checks() {
   static const auto* all = new std::vector<std::pair<std::string, Check>>{
-      {"inference", check_inference},   {"training_forward", check_training_forward},
-      {"gradients", check_gradients},   {"train_sgd", check_train_sgd},
-      {"train_adam", check_train_adam}, {"export", check_export},
-      {"reoptimize", check_reoptimize}, {"other_process", check_other_process},
+      {"inference", check_inference},     {"training_forward", check_training_forward},
+      {"gradients", check_gradients},     {"train_sgd", check_train_sgd},
+      {"train_adam", check_train_adam},   {"export", check_export},
+      {"reoptimize", check_reoptimize},   {"other_process", check_other_process},
+      {"free_length", check_free_length},
   };
   return *all;
 }
