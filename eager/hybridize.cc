@@ -467,7 +467,108 @@ struct HybridFunction::Impl {
                        const std::vector<Tensor>& forward_outputs,
                        std::shared_ptr<absl::flat_hash_map<int64_t, int64_t>> seeds);
   std::vector<Tensor> verify(CachedGraph& graph, const std::vector<Tensor>& inputs);
+
+  // Note [One trace for every size]
+  // With HybridizeOptions::dynamic_dims, an inference trace is also traced
+  // at a few other sizes and fitted into a family (eager/symbolic_trace.h):
+  // its graph with every size an expression of the free dimensions. A later
+  // call whose signature differs only in their sizes instantiates that
+  // graph (trace/symbolic_shapes.h: attributes evaluated, every shape
+  // inferred again and checked) and optimizes it as a trace's would be,
+  // without running the function. Sizes the family cannot take (past a
+  // limit such as seq <= max_len) fall back to a trace, whose eager run
+  // answers as eager code does. Families live as long as the function.
+  struct Family {
+    Signature signature;
+    SymbolicTrace traced;
+  };
+  std::vector<Family> families;
+  bool warned_about_dynamic_dims = false;
+
+  // A new cache entry for `inputs` from a family, or null if none takes them.
+  CachedGraph* instantiate(const std::vector<Tensor>& inputs, const Signature& signature);
+  // After a trace: fits the family of `entry`'s call, or warns once why not.
+  void fit_family(const CachedGraph& entry, const std::vector<Tensor>& inputs);
 };
+
+namespace {
+
+// Whether two signatures differ at most in their inputs' sizes.
+bool same_but_sizes(const Signature& a, const Signature& b) {
+  if (a.grad_mode != b.grad_mode || a.key != b.key || a.exact.size() != b.exact.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.exact.size(); ++i) {
+    const Signature::Input& x = a.exact[i];
+    const Signature::Input& y = b.exact[i];
+    if (x.dtype != y.dtype || x.device != y.device || x.requires_grad != y.requires_grad ||
+        x.shape.rank() != y.shape.rank()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+CachedGraph* HybridFunction::Impl::instantiate(const std::vector<Tensor>& inputs,
+                                               const Signature& signature) {
+  for (const Family& family : families) {
+    if (!same_but_sizes(family.signature, signature)) continue;
+    const SymbolicTrace& traced = family.traced;
+    std::vector<Shape> shapes;
+    for (const Tensor& t : inputs) shapes.push_back(t.shape());
+    trace::Graph graph;
+    try {
+      const trace::SymbolValues sizes = trace::bind_symbols(traced.graph, traced.symbolic, shapes);
+      graph = trace::instantiate(traced.graph, traced.symbolic, sizes, traced.sources);
+    } catch (const Error&) {
+      continue;
+    }
+    CachedGraph entry;
+    entry.num_user_outputs = graph.outputs.size();
+    size_t data = 0, state = 0;
+    for (const trace::GraphInput& input : graph.inputs) {
+      if (input.kind == trace::InputKind::kData) {
+        entry.bindings.push_back({CachedGraph::Binding::kData, data++, Tensor()});
+      } else {
+        entry.bindings.push_back({CachedGraph::Binding::kState, 0, traced.state[state++]});
+      }
+    }
+    const std::vector<trace::GraphInput> forward_inputs = graph.inputs;
+    build_executors(entry, std::move(graph), forward_inputs, std::nullopt, inputs[0].device());
+    entry.verify_left = options.verify ? options.verify_calls : 0;
+    entry.signature = signature;
+    entry.key_text = entry.signature.text();
+    return &remember(std::move(entry));
+  }
+  return nullptr;
+}
+
+void HybridFunction::Impl::fit_family(const CachedGraph& entry, const std::vector<Tensor>& inputs) {
+  if (options.dynamic_dims.empty()) return;
+  auto warn = [&](const std::string& why) {
+    if (warned_about_dynamic_dims) return;
+    warned_about_dynamic_dims = true;
+    std::cerr << "tandem: warning: hybridize '" << options.name
+              << "' traces once per shape despite dynamic_dims: " << why << "\n";
+  };
+  if (!entry.state_writes.empty() || !entry.grad_writes.empty() || entry.backward) {
+    warn(
+        "the call updates state or computes gradients, and free dimensions apply to inference "
+        "calls only (call it under NoGradGuard, a module in eval mode)");
+    return;
+  }
+  std::vector<InputExample> example;
+  for (const Tensor& t : inputs) example.push_back({t.shape(), t.dtype(), t.device()});
+  try {
+    families.push_back(
+        {entry.signature, trace_symbolic(fn, example, options.dynamic_dims,
+                                         str_cat("hybridize '", options.name, "'"))});
+  } catch (const Error& e) {
+    warn(e.what());
+  }
+}
 
 CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Signature signature,
                                          std::vector<Tensor>* outputs) {
@@ -765,8 +866,9 @@ std::vector<Tensor> HybridFunction::operator()(const std::vector<Tensor>& inputs
     return s.fn(inputs);
   }
   std::lock_guard turn(s.mutex);
-  auto replay = [&](CachedGraph& graph) {
-    ++s.stats.replays;
+  // `count`: the Stats counter this call adds to.
+  auto replay = [&](CachedGraph& graph, int64_t& count) {
+    ++count;
     s.last_executor = graph.executor.get();
     if (graph.verify_left > 0) {
       --graph.verify_left;
@@ -777,14 +879,20 @@ std::vector<Tensor> HybridFunction::operator()(const std::vector<Tensor>& inputs
   // A call like the last one replays the most recently used graph without
   // formatting its signature (a loop's calls, batch-1 inference).
   if (!s.cache.empty() && s.cache.front().signature.matches(inputs, grad_mode_enabled(), key)) {
-    return replay(s.cache.front());
+    return replay(s.cache.front(), s.stats.replays);
   }
   Signature signature = signature_of(inputs, key);
   std::string key_text = signature.text();
   auto found = s.by_key.find(key_text);
   if (found != s.by_key.end()) {
     s.cache.splice(s.cache.begin(), s.cache, found->second);  // Most recently used.
-    return replay(s.cache.front());
+    return replay(s.cache.front(), s.stats.replays);
+  }
+
+  if (!s.families.empty() && !inputs.empty()) {
+    if (CachedGraph* entry = s.instantiate(inputs, signature)) {
+      return replay(*entry, s.stats.instantiations);
+    }
   }
 
   const Signature* closest = nullptr;
@@ -811,6 +919,7 @@ std::vector<Tensor> HybridFunction::operator()(const std::vector<Tensor>& inputs
   std::vector<Tensor> outputs;
   CachedGraph& graph = s.trace(inputs, std::move(signature), &outputs);
   s.last_executor = graph.executor.get();
+  s.fit_family(graph, inputs);
   return outputs;
 }
 

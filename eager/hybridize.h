@@ -82,6 +82,16 @@ struct HybridizeOptions {
   // replay] in hybridize.cc). Off for functions that run backward themselves
   // (a whole training step).
   bool differentiable = false;
+  // Input dimensions that may change from call to call without a new trace
+  // (as ExportOptions::dynamic_dims: {{"input0", {{0, "batch"}, {1, "seq"}}}}).
+  // The first trace also traces the function at a few other sizes and fits
+  // its graph's sizes as expressions of these names (trace/symbolic_shapes.h);
+  // a call whose shapes differ only there then instantiates that graph
+  // (Stats::instantiations) instead of running the function again. Applies
+  // to calls whose graph only computes outputs (inference: no state updates,
+  // no gradients); other calls, and functions no one graph can follow (a
+  // warning says why), trace per shape as without it.
+  FreeDims dynamic_dims = {};
   // Names the graph in logs and TANDEM_DUMP_GRAPHS files.
   std::string name = "hybridized";
   // Names for the state a trace captures, asked at each trace: a hybridized
@@ -115,6 +125,9 @@ class HybridFunction {
     int64_t traces = 0;   // Calls that traced (including the first).
     int64_t replays = 0;  // Calls that replayed a cached graph.
     int64_t eager = 0;    // Calls run eagerly (inside another trace).
+    // Calls that instantiated a traced graph at new sizes of its free
+    // dimensions (HybridizeOptions::dynamic_dims) instead of tracing.
+    int64_t instantiations = 0;
     std::string last_trace_reason;
   };
   // The counters as of the last call; read them while no call of this

@@ -70,7 +70,6 @@ SymbolicTrace trace_symbolic(
   NoGradGuard no_grad;
   const uint64_t random = random_state();
   std::vector<trace::Graph> graphs;
-  std::vector<std::string> sources;
   for (const trace::SymbolValues& point : out.plan.points) {
     std::vector<Tensor> inputs;
     for (size_t i = 0; i < example.size(); ++i) {
@@ -104,14 +103,16 @@ SymbolicTrace trace_symbolic(
     if (graphs.empty()) {
       out.state = std::move(traced.state);
       for (const trace::Node& node : traced.graph.nodes) {
-        sources.push_back(node.where.line() == 0 ? std::string() : format_location(node.where));
+        out.sources.push_back(node.where.line() == 0 ? std::string() : format_location(node.where));
       }
     }
     graphs.push_back(std::move(traced.graph));
   }
   manual_seed(random);
   try {
-    if (graphs.size() > 1) out.symbolic = trace::fit_symbolic_shapes(out.plan, graphs, sources);
+    if (graphs.size() > 1) {
+      out.symbolic = trace::fit_symbolic_shapes(out.plan, graphs, out.sources);
+    }
   } catch (const Error& e) {
     throw Error(str_cat(what, ": the graph cannot follow ", absl::StrJoin(out.plan.symbols, ", "),
                         ": ", e.message()));

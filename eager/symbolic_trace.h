@@ -35,7 +35,8 @@ struct SymbolicTrace {
   trace::Graph graph;         // Traced at the example's shapes; inputs "input<i>".
   std::vector<Tensor> state;  // The tensor of each kState input, in order.
   trace::SymbolicShapes symbolic;
-  trace::ProbePlan plan;  // plan.points[0]: the example's sizes.
+  trace::ProbePlan plan;             // plan.points[0]: the example's sizes.
+  std::vector<std::string> sources;  // Per node of `graph`, its traced line ("net.cc:42").
 };
 
 // Throws tandem::Error starting with `what` for a name or axis that fits no

@@ -76,12 +76,11 @@ Tensor tokens(int64_t batch, int64_t seq) {
   return cast(mul(rand({batch, seq}), static_cast<double>(kVocab) - 0.01), DType::kInt64);
 }
 
+// The module's own forward, which runs eagerly whether or not the module
+// is hybridized.
 Values eager_values(nn::Module& model, const Tensor& x) {
   NoGradGuard no_grad;
-  model.hybridize(false);
-  Values values = values_of(model(x));
-  model.hybridize(true);
-  return values;
+  return values_of(model.forward(x));
 }
 
 // Verifies that one export with batch and seq free gives the eager model's
@@ -226,6 +225,53 @@ TEST_F(FreeDims, BadNamesAndAxesAreRefused) {
                 f.export_model(path("f"), {}, {.dynamic_dims = {{"input0", {{0, "n"}, {1, "n"}}}}});
               }),
               HasSubstr("one name is one size"));
+}
+
+// Verifies that a hybridized inference forward with free dimensions traces
+// once and serves other lengths and batch sizes by instantiating that trace,
+// with the eager answers; that sizes past a limit fall back to a trace, which
+// answers as eager code does; and that a call computing gradients traces per
+// shape, with a warning.
+TEST_F(FreeDims, HybridizeServesEverySizeFromOneTrace) {
+  manual_seed(6);
+  TinyLanguageModel model;
+  model.eval();
+  model.hybridize(true, {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
+  NoGradGuard no_grad;
+  for (auto [batch, seq] :
+       {std::pair<int64_t, int64_t>{3, 7}, {2, 5}, {4, 12}, {1, 1}, {3, 7}, {2, 5}}) {
+    SCOPED_TRACE(str_cat("batch ", batch, ", seq ", seq));
+    Tensor x = tokens(batch, seq);
+    expect_near(values_of(model(x)), eager_values(model, x), 1e-4);
+  }
+  const HybridFunction& hybrid = *model.hybrid_forward();
+  EXPECT_EQ(hybrid.stats().traces, 1);
+  EXPECT_EQ(hybrid.stats().instantiations, 3);
+  EXPECT_EQ(hybrid.stats().replays, 2);
+  EXPECT_THAT(error_of([&] { model(tokens(1, kMaxLen + 1)); }),
+              HasSubstr(str_cat("more than max_len = ", kMaxLen)));
+}
+
+TEST_F(FreeDims, HybridizeTracesPerShapeWhenTheCallComputesGradients) {
+  manual_seed(7);
+  nn::Linear layer(4, 3);
+  HybridFunction step(
+      [&](const std::vector<Tensor>& in) {
+        layer.zero_grad();
+        Tensor loss = sum(layer(in[0]));
+        loss.backward();
+        return std::vector<Tensor>{loss};
+      },
+      {.dynamic_dims = {{"input0", {{0, "batch"}}}}, .name = "step"});
+  ::testing::internal::CaptureStderr();
+  step({randn({2, 4})});
+  step({randn({5, 4})});
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(step.stats().traces, 2);
+  EXPECT_EQ(step.stats().instantiations, 0);
+  EXPECT_THAT(warnings, AllOf(HasSubstr("hybridize 'step' traces once per shape despite "
+                                        "dynamic_dims"),
+                              HasSubstr("computes gradients")));
 }
 
 // Verifies that a recurrent layer, unrolled over the sequence, has no one
