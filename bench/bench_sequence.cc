@@ -1,11 +1,13 @@
 // Sequence models, Tandem vs libtorch: attention forward + backward at
-// [batch 8, heads 8, seq 128 / 512, dim 64], and one LSTM layer (input and
-// hidden 256, batch 32, seq 100) forward + backward; Tandem eager and with
-// the whole forward + backward hybridized. Each row is a child process of
+// [batch 8, heads 8, seq 128 / 512, dim 64], one LSTM layer (input and
+// hidden 256, batch 32, seq 100) forward + backward, and tutorial 05's
+// training step (its transformer language model on [32, 64] bytes: forward,
+// loss, backward, gradient clipping, AdamW), in samples per second; Tandem
+// eager and with the whole step hybridized. Each row is a child process of
 // its own (Note [Side by side in separate processes]), so its peak RSS is
 // its own too.
 //
-//   build/release/bench/bench_sequence      # ~2 min
+//   build/release/bench/bench_sequence      # ~3 min
 //
 // Tandem's attention and LSTM are compositions of registry ops (Note
 // [Attention as a composition of ops], Note [Recurrence as a composition of
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "bench/harness.h"
+#include "bench/tutorial_models.h"
 #include "tandem/tandem.h"
 
 namespace {
@@ -31,8 +34,25 @@ void sequence_child(const std::string& workload, int64_t seq, bool hybridized) {
   std::function<Tensor()> forward;  // The loss.
   std::vector<Tensor> leaves;       // What gets gradients.
   std::shared_ptr<nn::LSTM> lstm;
-  Tensor q, k, v, x;
-  if (workload == "attention") {
+  std::shared_ptr<nn::Module> language_model;
+  std::unique_ptr<tandem::optim::AdamW> adamw;
+  Tensor q, k, v, x, targets;
+  if (workload == "lm") {
+    // Tutorial 05's step on one batch of random bytes: the work is the same
+    // for any bytes.
+    language_model = bench::make_tutorial_language_model();
+    adamw = std::make_unique<tandem::optim::AdamW>(
+        language_model->parameters(),
+        tandem::optim::AdamWOptions{.lr = S::kLmLr, .weight_decay = S::kLmWeightDecay});
+    const auto bytes = [] {
+      return tandem::cast(tandem::mul(tandem::rand({S::kLmBatch, S::kLmContext}),
+                                      static_cast<double>(S::kLmVocab) - 0.01),
+                          tandem::DType::kInt64);
+    };
+    x = bytes();
+    targets = bytes();
+    leaves = language_model->parameters();
+  } else if (workload == "attention") {
     const tandem::Dims shape = {S::kAttentionBatch, S::kHeads, seq, S::kHeadDim};
     q = tandem::randn(shape).requires_grad_();
     k = tandem::randn(shape).requires_grad_();
@@ -47,6 +67,17 @@ void sequence_child(const std::string& workload, int64_t seq, bool hybridized) {
     forward = [&] { return tandem::sum((*lstm)(x)); };
   }
   const auto step = [&] {
+    if (adamw) {
+      constexpr int64_t kPositions = S::kLmBatch * S::kLmContext;
+      Tensor logits = (*language_model)(x);
+      Tensor loss = tandem::cross_entropy(tandem::reshape(logits, {kPositions, S::kLmVocab}),
+                                          tandem::reshape(targets, {kPositions}));
+      adamw->zero_grad();
+      loss.backward();
+      tandem::optim::clip_grad_norm_(leaves, 1.0);
+      adamw->step();
+      return std::vector<Tensor>{loss};
+    }
     for (const Tensor& t : leaves) t.zero_grad_();
     Tensor loss = forward();
     loss.backward();
@@ -63,7 +94,9 @@ void sequence_child(const std::string& workload, int64_t seq, bool hybridized) {
 
 struct Row {
   std::string label;
-  std::string args;  // The child's and the peer's.
+  std::string workload;
+  std::string args;     // The peer's.
+  int64_t samples = 0;  // Per step, for a samples/s column; 0: none.
 };
 
 }  // namespace
@@ -75,22 +108,24 @@ int main(int argc, char** argv) {
                    bench::has_flag(argc, argv, "--hybridize"));
     return 0;
   }
+  using S = SequenceShapes;
   const std::vector<Row> rows = {
-      {"attention, seq 128", "--workload attention --seq 128"},
-      {"attention, seq 512", "--workload attention --seq 512"},
-      {"LSTM, seq 100, hidden 256", "--workload lstm"},
+      {"attention, seq 128", "attention", "--workload attention --seq 128"},
+      {"attention, seq 512", "attention", "--workload attention --seq 512"},
+      {"LSTM, seq 100, hidden 256", "lstm", "--workload lstm"},
+      {"tutorial 05 training step", "lm", "--workload lm", S::kLmBatch},
   };
   const std::vector<bench::TorchConfig> configs = bench::torch_configs();
   std::printf("Sequence models, forward + backward: median ms of %d runs, peak RSS MiB\n",
-              SequenceShapes::kRuns);
-  // The last column: this row's time over Tandem eager's (above 1: Tandem
-  // eager is faster).
-  std::printf("  %-28s %-22s %10s %10s %12s\n", "workload", "who", "ms", "peak MiB", "ms / eager");
+              S::kRuns);
+  // The "/ eager" column: this row's time over Tandem eager's (above 1:
+  // Tandem eager is faster).
+  std::printf("  %-28s %-22s %10s %10s %12s %10s\n", "workload", "who", "ms", "peak MiB",
+              "ms / eager", "samples/s");
   for (const Row& row : rows) {
-    const std::string workload = row.args.find("lstm") != std::string::npos ? "lstm" : "attention";
     const std::string seq = row.args.substr(row.args.rfind(' ') + 1);
-    const std::string child = bench::program_beside("bench_sequence") + " --child " + workload +
-                              (workload == "attention" ? " --seq " + seq : "");
+    const std::string child = bench::program_beside("bench_sequence") + " --child " + row.workload +
+                              (row.workload == "attention" ? " --seq " + seq : "");
     std::vector<std::pair<std::string, std::optional<bench::Results>>> results;
     results.emplace_back("Tandem eager", bench::run_child(child));
     results.emplace_back("Tandem hybridized", bench::run_child(child + " --hybridize"));
@@ -105,8 +140,10 @@ int main(int argc, char** argv) {
         continue;
       }
       const double ms = bench::get(*r, "ms");
-      std::printf("  %-28s %-22s %10.2f %10.1f %11.2fx\n", row.label.c_str(), who.c_str(), ms,
+      std::printf("  %-28s %-22s %10.2f %10.1f %11.2fx", row.label.c_str(), who.c_str(), ms,
                   bench::get(*r, "peak_rss_mib"), ms / ours);
+      if (row.samples > 0) std::printf(" %10.0f", static_cast<double>(row.samples) * 1e3 / ms);
+      std::printf("\n");
     }
   }
   if (configs.empty()) bench::print_no_peer_note();

@@ -567,6 +567,11 @@ void deploy_figures(Load load, Run run) {
 struct SequenceShapes {
   static constexpr int64_t kAttentionBatch = 8, kHeads = 8, kHeadDim = 64;
   static constexpr int64_t kLstmBatch = 32, kLstmLength = 100, kLstmSize = 256;
+  // Tutorial 05's language model and training step (bench/tutorial_models.h):
+  // byte vocabulary, d_model, heads, context and batch.
+  static constexpr int64_t kLmVocab = 256, kLmModel = 128, kLmHeads = 4, kLmLayers = 2;
+  static constexpr int64_t kLmContext = 64, kLmBatch = 32;
+  static constexpr double kLmLr = 3e-3, kLmWeightDecay = 0.01, kLmDropout = 0.1;
   static constexpr int kWarmup = 2, kRuns = 10;
 };
 

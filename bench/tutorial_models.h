@@ -1,13 +1,15 @@
-// The models of tutorials/02_train_fashion_mnist.cpp, for the benchmarks that
-// measure them (bench_train, bench_hybridize; the tutorial keeps its own
-// copy, written to be read: these must stay the same architecture), and
-// LeNet-5 of the standard workloads.
+// The models of tutorials/02_train_fashion_mnist.cpp and 05_language_model
+// .cpp, for the benchmarks that measure them (bench_train, bench_hybridize,
+// bench_sequence; the tutorials keep their own copies, written to be read:
+// these must stay the same architecture), and LeNet-5 of the standard
+// workloads.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/harness.h"
 #include "tandem/tandem.h"
 
 namespace bench {
@@ -25,6 +27,27 @@ inline std::shared_ptr<tandem::nn::Module> make_tutorial_mlp() {
   namespace nn = tandem::nn;
   return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(28 * 28, 256), nn::ReLU(),
                                           nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, 10));
+}
+
+// Tutorial 05's byte-level causal transformer: 2 pre-norm layers of
+// d_model 128, 4 heads, GELU, a final norm; [batch, seq] bytes in,
+// [batch, seq, 256] logits out.
+inline std::shared_ptr<tandem::nn::Module> make_tutorial_language_model() {
+  namespace nn = tandem::nn;
+  using S = SequenceShapes;
+  nn::TransformerLayerOptions layer{.d_model = S::kLmModel,
+                                    .nhead = S::kLmHeads,
+                                    .dim_feedforward = 4 * S::kLmModel,
+                                    .dropout = S::kLmDropout,
+                                    .activation = nn::TransformerActivation::kGELU,
+                                    .norm_first = true,
+                                    .causal = true};
+  return std::make_shared<nn::Sequential>(
+      nn::Embedding(S::kLmVocab, S::kLmModel),
+      nn::PositionalEncoding(
+          {.d_model = S::kLmModel, .max_len = S::kLmContext, .dropout = S::kLmDropout}),
+      nn::TransformerEncoder(layer, S::kLmLayers, /*final_norm=*/true),
+      nn::Linear(S::kLmModel, S::kLmVocab));
 }
 
 // LeNet-5 of the standard workloads (Note [Standard workloads] in harness.h).

@@ -11,12 +11,13 @@
 //   torch_peer deploy --model FILE.pt         # torch::jit::load + first and steady calls
 //   torch_peer standard-train --model mlp|lenet --batch B --data DIR
 //   torch_peer standard-infer --model mlp|lenet   # eager latency at batch 1 and 64
-//   torch_peer sequence --workload attention|lstm [--seq N]   # forward + backward
+//   torch_peer sequence --workload attention|lstm|lm [--seq N]   # forward + backward
 //
 // Threads: Note [libtorch configurations]. The caller sets OMP_NUM_THREADS
 // and the BLAS; this program fixes ATen's pools before any op runs.
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -229,8 +230,104 @@ void run_deploy(const std::string& path) {
 // where the library has it (PyTorch 2), the same math written out otherwise.
 // ---------------------------------------------------------------------------
 
+// Tutorial 05's language model (bench/tutorial_models.h). libtorch's C++
+// TransformerEncoderLayer has no norm_first, so the pre-norm layer is
+// written out from the parts torch.nn's norm_first layer composes
+// (MultiheadAttention with attention dropout, LayerNorm, Linear, GELU,
+// dropout on each residual branch). torch's C++ attention takes [seq,
+// batch, d_model].
+struct PreNormLayerImpl : torch::nn::Module {
+  PreNormLayerImpl(int64_t d, int64_t heads, double p)
+      : attention(register_module("attention",
+                                  torch::nn::MultiheadAttention(
+                                      torch::nn::MultiheadAttentionOptions(d, heads).dropout(p)))),
+        norm1(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
+        norm2(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
+        linear1(register_module("linear1", torch::nn::Linear(d, 4 * d))),
+        linear2(register_module("linear2", torch::nn::Linear(4 * d, d))),
+        p(p) {}
+
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& causal) {
+    torch::Tensor h = norm1(x);
+    x = x +
+        torch::dropout(std::get<0>(attention->forward(h, h, h, {}, /*need_weights=*/false, causal)),
+                       p, is_training());
+    h = torch::dropout(torch::gelu(linear1(norm2(x))), p, is_training());
+    return x + torch::dropout(linear2(h), p, is_training());
+  }
+
+  torch::nn::MultiheadAttention attention;
+  torch::nn::LayerNorm norm1, norm2;
+  torch::nn::Linear linear1, linear2;
+  double p;
+};
+TORCH_MODULE(PreNormLayer);
+
+struct LanguageModelImpl : torch::nn::Module {
+  using S = bench::SequenceShapes;
+  LanguageModelImpl()
+      : embed(register_module("embed", torch::nn::Embedding(S::kLmVocab, S::kLmModel))),
+        layer1(register_module("layer1", PreNormLayer(S::kLmModel, S::kLmHeads, S::kLmDropout))),
+        layer2(register_module("layer2", PreNormLayer(S::kLmModel, S::kLmHeads, S::kLmDropout))),
+        norm(register_module("norm",
+                             torch::nn::LayerNorm(torch::nn::LayerNormOptions({S::kLmModel})))),
+        head(register_module("head", torch::nn::Linear(S::kLmModel, S::kLmVocab))) {
+    // The sinusoidal table: sin at even features, cos at odd.
+    torch::Tensor position = torch::arange(S::kLmContext).unsqueeze(1).to(torch::kFloat);
+    torch::Tensor rate = torch::exp(torch::arange(0, S::kLmModel, 2).to(torch::kFloat) *
+                                    (-std::log(10000.0) / S::kLmModel));
+    torch::Tensor table = torch::zeros({S::kLmContext, S::kLmModel});
+    table.index_put_(
+        {torch::indexing::Slice(), torch::indexing::Slice(0, torch::indexing::None, 2)},
+        torch::sin(position * rate));
+    table.index_put_(
+        {torch::indexing::Slice(), torch::indexing::Slice(1, torch::indexing::None, 2)},
+        torch::cos(position * rate));
+    positions = register_buffer("positions", table);
+  }
+
+  torch::Tensor forward(const torch::Tensor& tokens) {  // [batch, seq]
+    const int64_t seq = tokens.size(1);
+    torch::Tensor x =
+        torch::dropout(embed(tokens) + positions.slice(0, 0, seq), S::kLmDropout, is_training());
+    torch::Tensor causal =
+        torch::triu(torch::full({seq, seq}, -std::numeric_limits<float>::infinity()), 1);
+    x = layer2(layer1(x.transpose(0, 1), causal), causal);
+    return head(norm(x).transpose(0, 1));
+  }
+
+  torch::nn::Embedding embed;
+  PreNormLayer layer1, layer2;
+  torch::nn::LayerNorm norm;
+  torch::nn::Linear head;
+  torch::Tensor positions;
+};
+TORCH_MODULE(LanguageModel);
+
+void run_language_model_step() {
+  using S = bench::SequenceShapes;
+  LanguageModel model;
+  torch::optim::AdamW optimizer(
+      model->parameters(), torch::optim::AdamWOptions(S::kLmLr).weight_decay(S::kLmWeightDecay));
+  torch::Tensor x = torch::randint(S::kLmVocab, {S::kLmBatch, S::kLmContext});
+  torch::Tensor targets = torch::randint(S::kLmVocab, {S::kLmBatch * S::kLmContext});
+  bench::sequence_figures([&] {
+    torch::Tensor loss =
+        torch::cross_entropy_loss(model->forward(x).reshape({-1, S::kLmVocab}), targets);
+    optimizer.zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+    optimizer.step();
+    if (loss.item<float>() == 12345.f) std::abort();  // Keep the result.
+  });
+}
+
 void run_sequence(const std::string& workload, int64_t seq) {
   using S = bench::SequenceShapes;
+  if (workload == "lm") {
+    run_language_model_step();
+    return;
+  }
   if (workload == "attention") {
     const std::vector<int64_t> shape = {S::kAttentionBatch, S::kHeads, seq, S::kHeadDim};
     torch::Tensor q = torch::randn(shape).requires_grad_();
@@ -291,7 +388,7 @@ int main(int argc, char** argv) {
         stderr,
         "usage: torch_peer ops | gemm | train --model mlp|cnn --steps N | deploy --model "
         "FILE.pt | standard-train --model mlp|lenet --batch B --data DIR | "
-        "standard-infer --model mlp|lenet | sequence --workload attention|lstm [--seq N]\n");
+        "standard-infer --model mlp|lenet | sequence --workload attention|lstm|lm [--seq N]\n");
     return 2;
   }
   return 0;

@@ -11,6 +11,7 @@
 
 #include "kernels/counter_rng.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/element_cast.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/known_ops.h"
@@ -149,12 +150,15 @@ void dropout_kernel(const KernelContext& c) {
     const T* x = c.inputs[0].data<T>();
     T* y = c.outputs[0].data<T>();
     T* mask = c.outputs[1].data<T>();
-    T scale = static_cast<T>(1 / (1 - p));
-    for (int64_t i = 0; i < c.inputs[0].numel(); ++i) {
-      mask[i] = !training || rng.uniform(static_cast<uint64_t>(i)) >= p ? (training ? scale : T{1})
-                                                                        : T{0};
-      y[i] = x[i] * mask[i];
-    }
+    const T kept = training ? static_cast<T>(1 / (1 - p)) : T{1};
+    // Each draw depends on its index only, so the ranges split anywhere and
+    // give the same mask.
+    parallel_for(c.inputs[0].numel(), kCheapGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        mask[i] = !training || rng.uniform(static_cast<uint64_t>(i)) >= p ? kept : T{0};
+        y[i] = x[i] * mask[i];
+      }
+    });
   });
 }
 

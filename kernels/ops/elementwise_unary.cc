@@ -8,6 +8,7 @@
 // semantics] in kernels/element_cast.h: on the CPU a NaN, infinite or
 // out-of-range value cast to an integer dtype fails the op; on a GPU it
 // saturates (NaN gives 0).
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <limits>
@@ -288,6 +289,10 @@ void where_row(const uint8_t* __restrict cond, int64_t sc, const T* __restrict a
   }
 }
 
+// Rows shorter than this are stepped element by element: a row's offsets
+// cost a division per axis.
+constexpr int64_t kRowAtLeast = 16;
+
 // out[i] = cond[i'] ? a[i''] : b[i'''] over the broadcast shape.
 void where_kernel(const KernelContext& c) {
   const Tensor& out = c.outputs[0];
@@ -317,6 +322,27 @@ void where_kernel(const KernelContext& c) {
         where_row(cond + begin * sc, sc, a + begin * sa, sa, b + begin * sb, sb, dst + begin,
                   end - begin);
       });
+      return;
+    }
+    // Rows of the innermost axis, each one where_row (a causal mask [T, T]
+    // over scores [B, H, T, T]: the mask's row, the scores' row, a scalar).
+    const int64_t inner = shape[rank - 1];
+    if (inner >= kRowAtLeast) {
+      const int last = rank - 1;
+      parallel_for(
+          n / inner, std::max<int64_t>(1, kCheapGrain / inner), [&](int64_t begin, int64_t end) {
+            for (int64_t r = begin; r < end; ++r) {
+              int64_t offset[3] = {0, 0, 0};
+              int64_t rest = r;
+              for (int axis = last - 1; axis >= 0; --axis) {
+                const int64_t i = rest % shape[axis];
+                rest /= shape[axis];
+                for (int k = 0; k < 3; ++k) offset[k] += i * strides[k][axis];
+              }
+              where_row(cond + offset[0], strides[0][last], a + offset[1], strides[1][last],
+                        b + offset[2], strides[2][last], dst + r * inner, inner);
+            }
+          });
       return;
     }
     parallel_for(n, kCheapGrain, [&](int64_t begin, int64_t end) {
