@@ -8,31 +8,57 @@
 
 namespace tandem::nn {
 
-Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
-  const Conv2dOptions& o = options;
-  TANDEM_CHECK(o.in_channels > 0 && o.out_channels > 0 && o.groups > 0,
-               "Conv2d needs positive in_channels, out_channels and groups, got ", o.in_channels,
-               ", ", o.out_channels, ", ", o.groups);
-  TANDEM_CHECK(o.in_channels % o.groups == 0 && o.out_channels % o.groups == 0,
-               "Conv2d: in_channels (", o.in_channels, ") and out_channels (", o.out_channels,
+namespace {
+
+// Checks `o` for the module `type` (Conv1d passes its options as a height
+// of 1) and registers its weight of `weight_shape` and its bias (or the
+// zeros that stand in for one) on `module`, with torch's initialization.
+void make_parameters(Module& module, const char* type, const Conv2dOptions& o,
+                     const Shape& weight_shape, Tensor& weight, Tensor& bias, Tensor& zero_bias) {
+  TANDEM_CHECK(o.in_channels > 0 && o.out_channels > 0 && o.groups > 0, type,
+               " needs positive in_channels, out_channels and groups, got ", o.in_channels, ", ",
+               o.out_channels, ", ", o.groups);
+  TANDEM_CHECK(o.in_channels % o.groups == 0 && o.out_channels % o.groups == 0, type,
+               ": in_channels (", o.in_channels, ") and out_channels (", o.out_channels,
                ") must be multiples of groups (", o.groups, ")");
   TANDEM_CHECK(o.kernel_size.h > 0 && o.kernel_size.w > 0 && o.stride.h > 0 && o.stride.w > 0 &&
                    o.dilation.h > 0 && o.dilation.w > 0 && o.padding.h >= 0 && o.padding.w >= 0,
-               "Conv2d needs positive kernel_size, stride and dilation and non-negative padding, "
+               type,
+               " needs positive kernel_size, stride and dilation and non-negative padding, "
                "got kernel_size=",
                o.kernel_size.to_string(), ", stride=", o.stride.to_string(),
                ", dilation=", o.dilation.to_string(), ", padding=", o.padding.to_string());
-  weight_ = register_parameter("weight", Tensor::empty({o.out_channels, o.in_channels / o.groups,
-                                                        o.kernel_size.h, o.kernel_size.w},
-                                                       o.dtype));
-  init::kaiming_uniform_(weight_, std::sqrt(5.0));
-  const double bound = 1 / std::sqrt(static_cast<double>(init::calculate_fans(weight_).first));
+  weight = module.register_parameter("weight", Tensor::empty(weight_shape, o.dtype));
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  const double bound = 1 / std::sqrt(static_cast<double>(init::calculate_fans(weight).first));
   if (o.bias) {
-    bias_ = register_parameter("bias", Tensor::empty({o.out_channels}, o.dtype));
-    init::uniform_(bias_, -bound, bound);
+    bias = module.register_parameter("bias", Tensor::empty({o.out_channels}, o.dtype));
+    init::uniform_(bias, -bound, bound);
   } else {
-    zero_bias_ = register_constant(zeros({o.out_channels}, o.dtype));
+    zero_bias = module.register_constant(zeros({o.out_channels}, o.dtype));
   }
+}
+
+// The 2-d options of a 1-d convolution: a height of 1, nothing along it.
+Conv2dOptions as_2d(const Conv1dOptions& o) {
+  return {.in_channels = o.in_channels,
+          .out_channels = o.out_channels,
+          .kernel_size = {1, o.kernel_size},
+          .stride = {1, o.stride},
+          .padding = {0, o.padding},
+          .dilation = {1, o.dilation},
+          .groups = o.groups,
+          .bias = o.bias,
+          .dtype = o.dtype};
+}
+
+}  // namespace
+
+Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
+  const Conv2dOptions& o = options;
+  make_parameters(*this, "Conv2d", o,
+                  Shape{o.out_channels, o.in_channels / o.groups, o.kernel_size.h, o.kernel_size.w},
+                  weight_, bias_, zero_bias_);
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
@@ -50,6 +76,38 @@ std::string Conv2d::extra_repr() const {
   if (o.stride != Size2(1)) out += str_cat(", stride=", o.stride.to_string());
   if (o.padding != Size2(0)) out += str_cat(", padding=", o.padding.to_string());
   if (o.dilation != Size2(1)) out += str_cat(", dilation=", o.dilation.to_string());
+  if (o.groups != 1) out += str_cat(", groups=", o.groups);
+  if (!o.bias) out += ", bias=false";
+  return out;
+}
+
+Conv1d::Conv1d(const Conv1dOptions& options) : options_(options) {
+  const Conv1dOptions& o = options;
+  make_parameters(*this, "Conv1d", as_2d(o),
+                  Shape{o.out_channels, o.in_channels / o.groups, o.kernel_size}, weight_, bias_,
+                  zero_bias_);
+}
+
+Tensor Conv1d::forward(const Tensor& x) {
+  const Conv1dOptions& o = options_;
+  TANDEM_CHECK(x.rank() == 3 && x.shape()[1] == o.in_channels, "Conv1d(", o.in_channels, " -> ",
+               o.out_channels, ") expects input of shape [N, ", o.in_channels, ", L], got ",
+               x.shape().to_string());
+  const std::source_location site = call_site();
+  const Conv2dOptions o2 = as_2d(o);
+  const Shape& w = weight_.shape();
+  Tensor y = conv2d(reshape(x, {x.shape()[0], x.shape()[1], 1, x.shape()[2]}, site),
+                    reshape(weight_, {w[0], w[1], 1, w[2]}, site), o.bias ? bias_ : zero_bias_,
+                    o2.stride.dims(), o2.padding.dims(), o2.dilation.dims(), o.groups, site);
+  return reshape(y, {y.shape()[0], y.shape()[1], y.shape()[3]}, site);
+}
+
+std::string Conv1d::extra_repr() const {
+  const Conv1dOptions& o = options_;
+  std::string out = str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size);
+  if (o.stride != 1) out += str_cat(", stride=", o.stride);
+  if (o.padding != 0) out += str_cat(", padding=", o.padding);
+  if (o.dilation != 1) out += str_cat(", dilation=", o.dilation);
   if (o.groups != 1) out += str_cat(", groups=", o.groups);
   if (!o.bias) out += ", bias=false";
   return out;

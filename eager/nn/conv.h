@@ -1,4 +1,5 @@
-// nn::Conv2d: 2-d convolution over [N, C, H, W] input, as torch::nn::Conv2d.
+// nn::Conv2d and nn::Conv1d: convolutions over [N, C, H, W] and [N, C, L]
+// input, as torch::nn::Conv2d and Conv1d.
 //
 //   auto conv = std::make_shared<nn::Conv2d>(3, 16, /*kernel=*/3, /*stride=*/1, /*padding=*/1);
 //   Tensor y = conv->forward(x);                 // [N, 3, 32, 32] -> [N, 16, 32, 32]
@@ -12,6 +13,11 @@
 // fan_in = in / groups * kh * kw; and, when `bias`, "bias" [out], uniform in
 // +-1/sqrt(fan_in).
 // Output size per spatial axis: (size + 2 padding - dilation (k - 1) - 1) / stride + 1.
+//
+// Conv1d is Conv2d over a height of 1: its weight keeps torch's shape
+// [out, in / groups, k] (so state dicts carry over), and forward views the
+// input as [N, C, 1, L] and the weight as [out, in / groups, 1, k] for the
+// one convolution op, so it trains, hybridizes and exports as Conv2d does.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +64,42 @@ class Conv2d : public Module {
   Tensor weight_;
   Tensor bias_;
   Tensor zero_bias_;  // Stands in for bias_ when there is none; not a parameter.
+};
+
+struct Conv1dOptions {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t kernel_size = 0;
+  int64_t stride = 1;
+  int64_t padding = 0;  // Zeros on each side.
+  int64_t dilation = 1;
+  int64_t groups = 1;  // Divides in_channels and out_channels.
+  bool bias = true;
+  DType dtype = DType::kFloat32;
+};
+
+class Conv1d : public Module {
+ public:
+  explicit Conv1d(const Conv1dOptions& options);
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1,
+         int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, bool bias = true)
+      : Conv1d(Conv1dOptions{in_channels, out_channels, kernel_size, stride, padding, dilation,
+                             groups, bias}) {}
+
+  // x: [N, in_channels, L] -> [N, out_channels, L'].
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv1d"; }
+  std::string extra_repr() const override;
+
+  const Conv1dOptions& options() const { return options_; }
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // Undefined without bias.
+
+ private:
+  Conv1dOptions options_;
+  Tensor weight_;
+  Tensor bias_;
+  Tensor zero_bias_;
 };
 
 }  // namespace tandem::nn

@@ -188,22 +188,26 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
       module = std::make_shared<nn::Linear>(nn::LinearOptions{last, spec.out, spec.bias, dtype});
       code = str_cat("nn::Linear(", last, ", ", spec.out, spec.bias ? "" : ", /*bias=*/false", ")");
       break;
-    case LayerKind::kConv2d: {
-      TANDEM_CHECK(rank == 4, "Conv2d needs [N, C, H, W]");
+    case LayerKind::kConv2d:
+    case LayerKind::kConv1d: {
+      const bool one_d = spec.kind == LayerKind::kConv1d;
+      TANDEM_CHECK(rank == (one_d ? 3 : 4),
+                   one_d ? "Conv1d needs [N, C, L]" : "Conv2d needs [N, C, H, W]");
       const int64_t groups =
           channels % spec.groups == 0 && spec.out % spec.groups == 0 ? spec.groups : 1;
-      module = std::make_shared<nn::Conv2d>(nn::Conv2dOptions{.in_channels = channels,
-                                                              .out_channels = spec.out,
-                                                              .kernel_size = spec.kernel,
-                                                              .stride = spec.stride,
-                                                              .padding = spec.padding,
-                                                              .dilation = spec.dilation,
-                                                              .groups = groups,
-                                                              .bias = spec.bias,
-                                                              .dtype = dtype});
-      code = str_cat("nn::Conv2d(", channels, ", ", spec.out, ", ", spec.kernel, ", /*stride=*/",
-                     spec.stride, ", /*padding=*/", spec.padding, ", /*dilation=*/", spec.dilation,
-                     ", /*groups=*/", groups, spec.bias ? "" : ", /*bias=*/false", ")");
+      if (one_d) {
+        module = std::make_shared<nn::Conv1d>(
+            nn::Conv1dOptions{channels, spec.out, spec.kernel, spec.stride, spec.padding,
+                              spec.dilation, groups, spec.bias, dtype});
+      } else {
+        module = std::make_shared<nn::Conv2d>(
+            nn::Conv2dOptions{channels, spec.out, spec.kernel, spec.stride, spec.padding,
+                              spec.dilation, groups, spec.bias, dtype});
+      }
+      code = str_cat(one_d ? "nn::Conv1d(" : "nn::Conv2d(", channels, ", ", spec.out, ", ",
+                     spec.kernel, ", /*stride=*/", spec.stride, ", /*padding=*/", spec.padding,
+                     ", /*dilation=*/", spec.dilation, ", /*groups=*/", groups,
+                     spec.bias ? "" : ", /*bias=*/false", ")");
       break;
     }
     case LayerKind::kBatchNorm: {
@@ -615,6 +619,17 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
       layer.kind = LayerKind::kGELU;
       return layer;
     case 10:
+      if (rank == 3 && draw.chance(0.5)) {
+        layer.kind = LayerKind::kConv1d;
+        layer.out = draw.in(1, 6);
+        layer.kernel = draw.in(1, 3);
+        layer.stride = draw.chance(0.75) ? 1 : 2;
+        layer.padding = draw.in(0, 1);
+        layer.dilation = draw.chance(0.25) ? 2 : 1;
+        layer.groups = draw.chance(0.25) ? draw.in(2, 3) : 1;
+        layer.bias = draw.chance(0.8);
+        return layer;
+      }
       layer.kind = LayerKind::kSigmoid;
       return layer;
     case 11:

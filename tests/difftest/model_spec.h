@@ -46,15 +46,16 @@ enum class LayerKind {
   kResidual,                 // x + body(x), the body a Sequential of shape-keeping layers.
   kTransformerEncoderLayer,  // On [N, seq, features]; heads divide the features.
   kRecurrent,                // RNN, LSTM or GRU (LayerSpec::activation) on [N, seq, features].
+  kConv1d,                   // On [N, C, L].
 };
 
 struct LayerSpec {
   LayerKind kind = LayerKind::kReLU;
-  // Linear: out_features; Conv2d: out_channels; Embedding: embedding_dim;
+  // Linear: out_features; Conv2d, Conv1d: out_channels; Embedding: embedding_dim;
   // TransformerEncoderLayer: dim_feedforward; Recurrent: hidden_size.
   int64_t out = 0;
-  int64_t kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;  // Conv2d and pooling.
-  bool bias = true;  // Linear, Conv2d, TransformerEncoderLayer.
+  int64_t kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;  // Convs and pooling.
+  bool bias = true;  // Linear, Conv2d, Conv1d, TransformerEncoderLayer.
   // LeakyReLU: negative slope; Dropout, TransformerEncoderLayer and Recurrent: p;
   // Activation: its parameter (ELU's and CELU's alpha, Softplus's beta), if it
   // takes one.

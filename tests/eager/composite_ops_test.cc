@@ -27,6 +27,7 @@
 namespace tandem {
 namespace {
 
+using testing::check_gradient;
 using testing::error_of;
 using testing::expect_near;
 using ::testing::HasSubstr;
@@ -51,23 +52,6 @@ Values each(const std::function<double(int64_t, int64_t, int64_t)>& f) {
     for (int64_t b = 0; b < 3; ++b)
       for (int64_t c = 0; c < 4; ++c) out.push_back(f(a, b, c));
   return out;
-}
-
-// d/dx of sum(f(x) * cotangent) by autograd and by central differences.
-void check_gradient(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {
-  const Shape out = f(x).shape();
-  Tensor cotangent = randn(Dims(out.begin(), out.end()), DType::kFloat64);
-  Tensor leaf = add(x, 0.0).requires_grad_();
-  sum(mul(f(leaf), cotangent)).backward();
-  const Values base = values_of(x), grad = values_of(leaf.grad());
-  for (size_t e = 0; e < base.size(); ++e) {
-    Values up = base, down = base;
-    up[e] += 1e-6, down[e] -= 1e-6;
-    const auto value = [&](const Values& v) {
-      return sum(mul(f(Tensor::from_vector(v, x.shape())), cotangent)).item<double>();
-    };
-    EXPECT_NEAR(grad[e], (value(up) - value(down)) / 2e-6, 1e-6) << "element " << e;
-  }
 }
 
 TEST(CompositeOps, MaskedFill) {
