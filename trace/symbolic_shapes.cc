@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -161,12 +162,15 @@ void find_slice_limits(const Graph& graph, SymbolicShapes& symbolic) {
   }
 }
 
+// Called after each node is inferred again: its index, and the graph so far.
+using AfterNode = std::function<void(size_t, const Graph&)>;
+
 // `graph` with its data inputs given `data_shapes`, `attrs` in place of the
 // nodes' own, and every node's outputs inferred again. `renumber` maps the
 // old value ids to the new.
 Graph reinfer(const Graph& graph, absl::Span<const Shape> data_shapes,
               const std::vector<kernels::Attrs>& attrs, absl::Span<const std::string> sources,
-              const std::string& at, std::vector<ValueId>& renumber) {
+              const std::string& at, std::vector<ValueId>& renumber, const AfterNode& after_node) {
   Graph out;
   renumber.assign(graph.values.size(), -1);
   size_t data = 0;
@@ -195,12 +199,18 @@ Graph reinfer(const Graph& graph, absl::Span<const Shape> data_shapes,
           str_cat(node_text(graph, n, sources), " cannot take the shapes ", at, ": ", e.message()));
     }
     for (size_t k = 0; k < outputs.size(); ++k) renumber[node.outputs[k]] = outputs[k];
+    if (after_node) after_node(n, out);
   }
   for (const GraphOutput& output : graph.outputs) {
     out.add_output(renumber[output.value], output.name);
   }
   return out;
 }
+
+// Throws unless the fitted shapes hold at sizes the grid did not visit
+// (defined below, with instantiation).
+void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph,
+                           const SymbolicShapes& symbolic, absl::Span<const std::string> sources);
 
 }  // namespace
 
@@ -346,6 +356,7 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
     }
   }
   find_slice_limits(g0, symbolic);
+  check_beyond_the_grid(plan, g0, symbolic, sources);
   return symbolic;
 }
 
@@ -386,9 +397,11 @@ SymbolValues bind_symbols(const Graph& graph, const SymbolicShapes& symbolic,
 
 namespace {
 
-// infer_at, with the map from `graph`'s value ids to the result's.
+// infer_at, with the map from `graph`'s value ids to the result's, and
+// `after_node` called as each node is inferred.
 Graph infer_at(const Graph& graph, const SymbolicShapes& symbolic, const SymbolValues& values,
-               absl::Span<const std::string> sources, std::vector<ValueId>& renumber) {
+               absl::Span<const std::string> sources, std::vector<ValueId>& renumber,
+               const AfterNode& after_node = {}) {
   std::vector<kernels::Attrs> attrs;
   attrs.reserve(graph.nodes.size());
   for (const Node& node : graph.nodes) attrs.push_back(node.attrs);
@@ -420,7 +433,80 @@ Graph infer_at(const Graph& graph, const SymbolicShapes& symbolic, const SymbolV
     }
     data_shapes.emplace_back(absl::MakeConstSpan(dims));
   }
-  return reinfer(graph, data_shapes, attrs, sources, values_text(values), renumber);
+  return reinfer(graph, data_shapes, attrs, sources, values_text(values), renumber, after_node);
+}
+
+// Value `id` of `graph`, described, if `inferred` (its shape at `values`)
+// is not what its expression says; nullopt if it is.
+std::optional<std::string> value_mismatch(const Graph& graph, const SymbolicShapes& symbolic,
+                                          const SymbolValues& values, ValueId id,
+                                          const Shape& inferred,
+                                          absl::Span<const std::string> sources) {
+  const Shape& traced = graph.value(id).shape;
+  bool as_expected = inferred.rank() == traced.rank();
+  for (int a = 0; as_expected && a < traced.rank(); ++a) {
+    const SizeExpr* size = symbolic.dim(id, a);
+    as_expected = inferred[a] == (size ? size->evaluate(values, "a shape") : traced[a]);
+  }
+  if (as_expected) return std::nullopt;
+  const int node = graph.value(id).node;
+  return str_cat(node >= 0 ? node_text(graph, static_cast<size_t>(node), sources)
+                           : std::string("a graph input"),
+                 " gives shape ", inferred.to_string(), " where the trace says ",
+                 symbolic.shape_text(graph, id));
+}
+
+// How far past the example a sweep of each free dimension goes.
+constexpr int64_t kSweepBeyond = 16;
+
+// A size can look fixed over the grid and not be (a floor division: a
+// stride-3 pool's output is the same at three neighbouring lengths), and
+// the grid's check point only catches what moves there. So each free
+// dimension is swept alone, from 1 to kSweepBeyond past the example (twice
+// the example if that is more), with the graph inferred again at each
+// size (no tracing): sizes its ops refuse or a limit excludes are skipped,
+// as eager code would refuse them too; a shape other than the fitted one is
+// an Error.
+void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph,
+                           const SymbolicShapes& symbolic, absl::Span<const std::string> sources) {
+  for (const std::string& name : plan.symbols) {
+    const int64_t example = plan.points[0].at(name);
+    const int64_t last = std::max(example + kSweepBeyond, 2 * example);
+    for (int64_t size = 1; size <= last; ++size) {
+      SymbolValues values = plan.points[0];
+      values[name] = size;
+      bool within_limits = true;
+      for (const SizeLimit& limit : symbolic.limits) {
+        within_limits = within_limits && limit.size.evaluate(values, "a limit") <= limit.max;
+      }
+      if (!within_limits) continue;
+      // Node by node, so that a mis-fitted size is found before a later
+      // node refuses the shapes it leads to.
+      struct Found {};
+      std::optional<std::string> mismatch;
+      std::vector<ValueId> renumber;
+      const auto check_node = [&](size_t n, const Graph& out) {
+        for (ValueId id : graph.nodes[n].outputs) {
+          mismatch =
+              value_mismatch(graph, symbolic, values, id, out.value(renumber[id]).shape, sources);
+          if (mismatch) throw Found{};
+        }
+      };
+      try {
+        infer_at(graph, symbolic, values, sources, renumber, check_node);
+      } catch (const Found&) {
+      } catch (const Error&) {
+        continue;
+      }
+      if (mismatch) {
+        throw Error(str_cat("at ", values_text(values), ", ", *mismatch,
+                            " from the sizes traced at ", values_text(plan.points[0]),
+                            " and near it: a size that follows ", name,
+                            " in steps (a floor division, such as a strided convolution's or "
+                            "pooling's output length), which no one graph follows"));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -445,22 +531,11 @@ Graph instantiate(const Graph& graph, const SymbolicShapes& symbolic, const Symb
   Graph out = infer_at(graph, symbolic, values, sources, renumber);
   for (size_t v = 0; v < graph.values.size(); ++v) {
     const ValueId id = static_cast<ValueId>(v);
-    const Shape& traced = graph.values[v].shape;
-    const Shape& inferred = out.value(renumber[v]).shape;
-    bool as_expected = inferred.rank() == traced.rank();
-    for (int a = 0; as_expected && a < traced.rank(); ++a) {
-      const SizeExpr* size = symbolic.dim(id, a);
-      as_expected = inferred[a] == (size ? size->evaluate(values, "a shape") : traced[a]);
-    }
-    if (as_expected) continue;
-    const int node = graph.values[v].node;
-    TANDEM_CHECK(false, "at ", at, ", ",
-                 node >= 0 ? node_text(graph, static_cast<size_t>(node), sources)
-                           : std::string("a graph input"),
-                 " gives shape ", inferred.to_string(), " where the trace says ",
-                 symbolic.shape_text(graph, id),
-                 ": the model computes something else at these "
-                 "sizes than what was traced, so they are refused");
+    const std::optional<std::string> mismatch =
+        value_mismatch(graph, symbolic, values, id, out.value(renumber[v]).shape, sources);
+    TANDEM_CHECK(!mismatch, "at ", at, ", ", mismatch.value_or(""),
+                 ": the model computes something else at these sizes than what was traced, so "
+                 "they are refused");
   }
   return out;
 }

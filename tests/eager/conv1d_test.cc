@@ -22,6 +22,7 @@
 namespace tandem {
 namespace {
 
+using ::testing::AllOf;
 using testing::check_gradient;
 using testing::error_of;
 using testing::expect_near;
@@ -124,6 +125,19 @@ TEST(Conv1d, ExportsWithAFreeLengthAtStrideOne) {
         strided.export_model(dir + "/strided", {.dynamic_dims = {{"input0", {{2, "len"}}}}});
       }),
       HasSubstr("no sum of products of the free dimensions"));
+  // At stride 3 and length 9 the output length is 3 at every size the
+  // grid traces (7, 8, 9), so it looks fixed there; the sweep beyond the
+  // grid finds other lengths (1 at length 1).
+  nn::Sequential steps(nn::Conv1d(3, 4, 1, 3));
+  steps.eval();
+  steps.hybridize();
+  steps(randn({2, 3, 9}));
+  EXPECT_THAT(error_of([&] {
+                steps.export_model(dir + "/steps", {.dynamic_dims = {{"input0", {{2, "len"}}}}});
+              }),
+              AllOf(HasSubstr("at len = 1, node 2 (conv2d in '0'"),
+                    HasSubstr("gives shape [2, 4, 1, 1] where the trace says [2, 4, 1, 3]"),
+                    HasSubstr("follows len in steps")));
   strided.export_model(dir + "/strided");
   Tensor x = randn({5, 3, 16});
   expect_near(values_of(load(dir + "/strided").run({x})[0]), values_of(strided.forward(x)), 1e-5);
