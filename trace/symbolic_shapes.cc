@@ -8,7 +8,6 @@
 #include <utility>
 #include <variant>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_join.h"
 
 #include "core/error.h"
@@ -362,34 +361,42 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
 
 SymbolValues bind_symbols(const Graph& graph, const SymbolicShapes& symbolic,
                           absl::Span<const Shape> data_shapes) {
+  // Called on every run of a loaded model: messages are formatted only when
+  // a check fails.
   SymbolValues values;
-  absl::flat_hash_map<std::string, std::string> bound_by;
+  // The first data input that names `name` (for a message).
+  const auto first_naming = [&](const std::string& name) {
+    for (const SymbolicDim& d : symbolic.dims) {
+      if (d.size.as_symbol() == name && graph.value(d.value).node < 0) {
+        for (const GraphInput& input : graph.inputs) {
+          if (input.value == d.value) return input.name;
+        }
+      }
+    }
+    return std::string();
+  };
   size_t data = 0;
   for (const GraphInput& input : graph.inputs) {
     if (input.kind != InputKind::kData) continue;
     TANDEM_INTERNAL_ASSERT(data < data_shapes.size(), "one shape per data input");
     const Shape& shape = data_shapes[data++];
     const Shape& traced = graph.value(input.value).shape;
-    const std::string expected = symbolic.shape_text(graph, input.value);
     TANDEM_CHECK(shape.rank() == traced.rank(), "input '", input.name, "' must have shape ",
-                 expected, ", got ", shape.to_string());
+                 symbolic.shape_text(graph, input.value), ", got ", shape.to_string());
     for (int a = 0; a < shape.rank(); ++a) {
       const SizeExpr* size = symbolic.dim(input.value, a);
       if (size == nullptr) {
-        TANDEM_CHECK(shape[a] == traced[a], "input '", input.name, "' must have shape ", expected,
-                     ", got ", shape.to_string(), ": dimension ", a, " is fixed at ", traced[a]);
+        TANDEM_CHECK(shape[a] == traced[a], "input '", input.name, "' must have shape ",
+                     symbolic.shape_text(graph, input.value), ", got ", shape.to_string(),
+                     ": dimension ", a, " is fixed at ", traced[a]);
         continue;
       }
       const std::string name = size->as_symbol();
       TANDEM_INTERNAL_ASSERT(!name.empty(), "a data input's free dimension is a name");
       auto [it, inserted] = values.emplace(name, shape[a]);
-      if (inserted) {
-        bound_by[name] = input.name;
-      } else {
-        TANDEM_CHECK(it->second == shape[a], "input '", input.name, "' has ", name, " = ", shape[a],
-                     " (shape ", shape.to_string(), ") but input '", bound_by[name], "' has ", name,
-                     " = ", it->second, "; a named dimension has one size");
-      }
+      TANDEM_CHECK(inserted || it->second == shape[a], "input '", input.name, "' has ", name, " = ",
+                   shape[a], " (shape ", shape.to_string(), ") but input '", first_naming(name),
+                   "' has ", name, " = ", it->second, "; a named dimension has one size");
     }
   }
   return values;
