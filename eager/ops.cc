@@ -158,6 +158,32 @@ Tensor var(const Tensor& x, const Dims& axes, bool keepdims, int64_t correction,
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdims, Location where) {
   return call1<"argmax">({x}, {{"axis", axis}, {"keepdims", keepdims}}, where);
 }
+Tensor prod(const Tensor& x, const Dims& axes, bool keepdims, Location where) {
+  return call1<"prod">({x}, reduce_attrs(axes, keepdims), where);
+}
+
+Tensor cumsum(const Tensor& x, int64_t axis, bool exclusive, bool reverse, Location where) {
+  return call1<"cumsum">({x}, {{"axis", axis}, {"exclusive", exclusive}, {"reverse", reverse}},
+                         where);
+}
+Tensor cumprod(const Tensor& x, int64_t axis, bool exclusive, bool reverse, Location where) {
+  return call1<"cumprod">({x}, {{"axis", axis}, {"exclusive", exclusive}, {"reverse", reverse}},
+                          where);
+}
+
+ValuesAndIndices sort(const Tensor& x, int64_t axis, bool descending, Location where) {
+  std::vector<Tensor> out =
+      kernels::call("sort", {x}, {{"axis", axis}, {"descending", descending}}, where);
+  return {out[0], out[1]};
+}
+Tensor argsort(const Tensor& x, int64_t axis, bool descending, Location where) {
+  return sort(x, axis, descending, where).indices;
+}
+ValuesAndIndices topk(const Tensor& x, int64_t k, int64_t axis, bool largest, Location where) {
+  std::vector<Tensor> out =
+      kernels::call("topk", {x}, {{"k", k}, {"axis", axis}, {"largest", largest}}, where);
+  return {out[0], out[1]};
+}
 
 Tensor reshape(const Tensor& x, const Dims& shape, Location where) {
   return call1<"reshape">({x}, {{"shape", shape}}, where);
@@ -184,6 +210,27 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t begin, int64_t end, int64_t 
 }
 Tensor take(const Tensor& x, const Tensor& indices, int64_t axis, Location where) {
   return call1<"take">({x, indices}, {{"axis", axis}}, where);
+}
+Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, Location where) {
+  return call1<"gather">({x, indices}, {{"axis", axis}}, where);
+}
+Tensor scatter(const Tensor& x, const Tensor& indices, const Tensor& src, int64_t axis,
+               Location where) {
+  return call1<"scatter">({x, indices, src}, {{"axis", axis}}, where);
+}
+Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& src, int64_t axis,
+                   Location where) {
+  return call1<"scatter_add">({x, indices, src}, {{"axis", axis}}, where);
+}
+Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims, Location where) {
+  return call1<"gather_nd">({x, indices}, {{"batch_dims", batch_dims}}, where);
+}
+Tensor scatter_nd_add(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                      int64_t batch_dims, Location where) {
+  return call1<"scatter_nd_add">({x, indices, updates}, {{"batch_dims", batch_dims}}, where);
+}
+Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype, Location where) {
+  return call1<"one_hot">({indices}, {{"num_classes", num_classes}, {"dtype", dtype}}, where);
 }
 Tensor pad(const Tensor& x, const Dims& pads, double value, Location where) {
   return call1<"pad">({x}, {{"pads", pads}, {"value", value}}, where);

@@ -204,12 +204,33 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, TANDEM_HERE);
 // ---- Reductions: over `axes` (all when empty). ----
 Tensor sum(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
 Tensor mean(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
+Tensor prod(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
 Tensor max(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
 Tensor min(const Tensor& x, const Dims& axes = {}, bool keepdims = false, TANDEM_HERE);
 // Bessel-corrected by default, like torch.var.
 Tensor var(const Tensor& x, const Dims& axes = {}, bool keepdims = false, int64_t correction = 1,
            TANDEM_HERE);
 Tensor argmax(const Tensor& x, int64_t axis = -1, bool keepdims = false, TANDEM_HERE);
+
+// ---- Running sums and products along an axis, as torch.cumsum; exclusive
+// leaves x[i] out of out[i] (starting from 0 or 1), reverse runs from the
+// end (ONNX CumSum's attributes). ----
+Tensor cumsum(const Tensor& x, int64_t axis, bool exclusive = false, bool reverse = false,
+              TANDEM_HERE);
+Tensor cumprod(const Tensor& x, int64_t axis, bool exclusive = false, bool reverse = false,
+               TANDEM_HERE);
+
+// ---- Ordering along an axis: stable, NaN largest. ----
+struct ValuesAndIndices {
+  Tensor values;
+  Tensor indices;  // int64 positions along the axis.
+};
+ValuesAndIndices sort(const Tensor& x, int64_t axis = -1, bool descending = false, TANDEM_HERE);
+// The positions sort would order x by.
+Tensor argsort(const Tensor& x, int64_t axis = -1, bool descending = false, TANDEM_HERE);
+// The k largest (or smallest) along `axis`, in order; ties go to the smaller position.
+ValuesAndIndices topk(const Tensor& x, int64_t k, int64_t axis = -1, bool largest = true,
+                      TANDEM_HERE);
 
 // ---- Shapes (these copy: a result never aliases its input). ----
 Tensor reshape(const Tensor& x, const Dims& shape, TANDEM_HERE);
@@ -223,6 +244,27 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t begin, int64_t end, int64_t 
              TANDEM_HERE);
 // Rows `indices` (int64) of x along `axis`.
 Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, TANDEM_HERE);
+// Indexing by int64 tensors, whose entries may count from the end (-1 is
+// the last position); one out of range is an error naming it.
+// out[p] = x[p with its `axis` coordinate replaced by indices[p]], shaped like
+// indices (torch.gather, ONNX GatherElements).
+Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis, TANDEM_HERE);
+// x with src[p] written at (scatter) or added to (scatter_add) the position
+// gather would read for p; src is shaped like indices. A position written
+// twice by scatter keeps the last write on the CPU, either on a GPU.
+Tensor scatter(const Tensor& x, const Tensor& indices, const Tensor& src, int64_t axis,
+               TANDEM_HERE);
+Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& src, int64_t axis,
+                   TANDEM_HERE);
+// Slices of x at index tuples, the last axis of indices; the first
+// `batch_dims` axes of both are batch axes (ONNX GatherND).
+Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims = 0, TANDEM_HERE);
+// x with `updates` added at the slices gather_nd would read (ONNX ScatterND, reduction add).
+Tensor scatter_nd_add(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                      int64_t batch_dims = 0, TANDEM_HERE);
+// indices as one-hot vectors along a new last axis of `num_classes`.
+Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype = DType::kInt64,
+               TANDEM_HERE);
 // `pads` holds (before, after) for each axis.
 Tensor pad(const Tensor& x, const Dims& pads, double value = 0, TANDEM_HERE);
 Tensor expand(const Tensor& x, const Dims& shape, TANDEM_HERE);

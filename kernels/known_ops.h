@@ -20,6 +20,7 @@ const OpDef& reshape_op();
 const OpDef& expand_op();
 const OpDef& slice_op();
 const OpDef& split_op();
+const OpDef& transpose_op();
 // kernels/ops/reduce.cc
 const OpDef& sum_op();
 const OpDef& mean_op();
@@ -43,6 +44,11 @@ const OpDef& to_device_op();
 const OpDef& linear_op();
 const OpDef& conv2d_op();
 const OpDef& batch_norm_op();
+// kernels/ops/indexing.cc: values sent back to the positions they came from
+// (the gradients of gather, sort and topk).
+const OpDef& scatter_add_op();
+// kernels/ops/scan.cc: the products of all but one element (prod's gradient).
+const OpDef& cumprod_op();
 // kernels/ops/fused_elementwise.cc: what elementwise fusion and the
 // optimizers' fused updates build.
 const OpDef& fused_elementwise_op();

@@ -26,6 +26,9 @@ const Registry& Registry::global() {
     register_softmax_loss_ops(*r);
     register_fused_elementwise_ops(*r);
     register_device_copy_ops(*r);
+    register_indexing_ops(*r);
+    register_scan_ops(*r);
+    register_sort_ops(*r);
 #ifdef TANDEM_WITH_CUDA
     register_cuda_kernels(*r);  // After the ops whose slots it fills.
 #endif

@@ -15,5 +15,8 @@ void register_norm_cuda_kernels(Registry& registry);          // norm.cu
 void register_matmul_cuda_kernels(Registry& registry);        // matmul.cc (cuBLAS)
 void register_conv_pool_cuda_kernels(Registry& registry);     // conv_pool.cc (cuDNN)
 void register_copy_cuda_kernels(Registry& registry);          // copy.cc
+void register_indexing_cuda_kernels(Registry& registry);      // indexing.cu
+void register_scan_cuda_kernels(Registry& registry);          // scan.cu
+void register_sort_cuda_kernels(Registry& registry);          // sort.cu
 
 }  // namespace tandem::kernels

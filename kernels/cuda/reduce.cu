@@ -1,4 +1,4 @@
-// CUDA kernels of kernels/ops/reduce.cc: sum, mean, max, min and var over
+// CUDA kernels of kernels/ops/reduce.cc: sum, mean, prod, max, min and var over
 // any set of axes, argmax over one. Every reduction is a fold over the
 // columns of a ReduceLayout (column_reduce.h); output element i is column i,
 // which is the row-major order of the kept axes, keepdims or not.
@@ -12,6 +12,7 @@
 #include "kernels/cuda/column_reduce.cuh"
 #include "kernels/cuda/families.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/integer_math.h"
 #include "kernels/registry.h"
 
 namespace tandem::kernels {
@@ -49,6 +50,29 @@ void sum_kernel(const KernelContext& c) {
   } else {
     visit_numeric(c.inputs[0].dtype(), run);
   }
+}
+
+// Floats multiply in double, integers wrap in int64, as on the CPU.
+template <class T>
+struct ProductOf {
+  using Acc = cuda::Accumulator<T>;
+  const T* in;
+  __device__ Acc identity() const { return 1; }
+  __device__ Acc map(int64_t offset, int64_t) const { return static_cast<Acc>(in[offset]); }
+  __device__ Acc combine(Acc a, Acc b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return a * b;
+    } else {
+      return integer::mul(a, b);
+    }
+  }
+};
+
+void prod_kernel(const KernelContext& c) {
+  visit_numeric(c.inputs[0].dtype(), [&]<class T>() {
+    cuda::launch_reduce(c, layout_over_axes(c), ProductOf<T>{c.inputs[0].data<T>()},
+                        cuda::Total<T>{}, c.outputs[0].data<T>());
+  });
 }
 
 template <bool kMax>
@@ -130,6 +154,7 @@ void argmax_kernel(const KernelContext& c) {
 void register_reduce_cuda_kernels(Registry& registry) {
   registry.set_cuda_kernel("sum", sum_kernel<false>);
   registry.set_cuda_kernel("mean", sum_kernel<true>);
+  registry.set_cuda_kernel("prod", prod_kernel);
   registry.set_cuda_kernel("max", max_min_kernel<true>);
   registry.set_cuda_kernel("min", max_min_kernel<false>);
   registry.set_cuda_kernel("var", var_kernel);

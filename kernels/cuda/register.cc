@@ -13,6 +13,9 @@ void register_cuda_kernels(Registry& registry) {
   register_matmul_cuda_kernels(registry);
   register_conv_pool_cuda_kernels(registry);
   register_copy_cuda_kernels(registry);
+  register_indexing_cuda_kernels(registry);
+  register_scan_cuda_kernels(registry);
+  register_sort_cuda_kernels(registry);
 }
 
 }  // namespace tandem::kernels

@@ -13,6 +13,7 @@
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cuda/element_types.cuh"
 #include "kernels/cuda/families.h"
+#include "kernels/cuda/indexing.cuh"
 
 namespace tandem::kernels {
 namespace cuda {
@@ -249,13 +250,7 @@ void pad_kernel(const KernelContext& c) {
 // indices[j] of the axis, counting from the end when negative (take and
 // index_add; for embedding a negative index is out of range).
 //
-// Note [Indices out of range on the GPU]: the CPU kernels throw for an index
-// outside [-dim, dim) ([0, dim) for embedding), but a GPU kernel cannot fail
-// its op without the host waiting for it. Such an index selects nothing
-// instead: take and embedding write zeros for it and index_add skips it.
-__device__ __forceinline__ int64_t resolve_index(int64_t index, int64_t dim) {
-  return index < 0 ? index + dim : index;
-}
+// (Note [Indices out of range on the GPU] in indexing.cuh.)
 
 // out[o, j, r] = x[o, indices[j], r], in units of U per row of `row` units.
 template <class U>
@@ -293,26 +288,6 @@ void take_kernel(const KernelContext& c) {
 }
 
 void embedding_kernel(const KernelContext& c) { take_rows(c, 0, /*from_end=*/false); }
-
-// Native atomics where CUDA has them; uint8 by compare-and-swap of the
-// aligned 32-bit word that holds it.
-__device__ __forceinline__ void atomic_add(float* at, float v) { atomicAdd(at, v); }
-__device__ __forceinline__ void atomic_add(double* at, double v) { atomicAdd(at, v); }
-__device__ __forceinline__ void atomic_add(int32_t* at, int32_t v) { atomicAdd(at, v); }
-__device__ __forceinline__ void atomic_add(int64_t* at, int64_t v) {
-  // Two's complement: the unsigned sum has the bits of the wrapped signed one.
-  atomicAdd(reinterpret_cast<unsigned long long*>(at), static_cast<unsigned long long>(v));
-}
-__device__ __forceinline__ void atomic_add(uint8_t* at, uint8_t v) {
-  auto* word = reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(at) & ~uintptr_t{3});
-  unsigned int shift = (reinterpret_cast<uintptr_t>(at) & 3u) * 8u;
-  unsigned int old = *word, assumed;
-  do {
-    assumed = old;
-    unsigned int sum = ((assumed >> shift) + v) & 0xFFu;
-    old = atomicCAS(word, assumed, (assumed & ~(0xFFu << shift)) | (sum << shift));
-  } while (old != assumed);
-}
 
 // out[o, indices[j], r] += src[o, j, r] for every element of src.
 template <class T>

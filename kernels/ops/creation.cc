@@ -169,14 +169,6 @@ std::vector<Tensor> dropout_gradient(const GradContext& c) {
   return {nested_call1(op_def<elementwise::Mul>(), {g, c.outputs[1]})};
 }
 
-AttrSpec required(std::string name, AttrValue type) {
-  return {.name = std::move(name), .default_value = std::move(type), .required = true};
-}
-
-AttrSpec optional(std::string name, AttrValue value) {
-  return {.name = std::move(name), .default_value = std::move(value)};
-}
-
 // Where a creation op puts its output: the "device" attribute ("cpu",
 // "cuda:0"), which every creation op takes.
 Device device_attr(const Attrs& attrs) { return Device::parse(attrs.get_string("device")); }

@@ -17,6 +17,9 @@ void register_norm_ops(Registry& registry);                // norm.cc
 void register_softmax_loss_ops(Registry& registry);        // softmax_loss.cc
 void register_fused_elementwise_ops(Registry& registry);   // fused_elementwise.cc
 void register_device_copy_ops(Registry& registry);         // device_copy.cc
+void register_indexing_ops(Registry& registry);            // indexing.cc
+void register_scan_ops(Registry& registry);                // scan.cc
+void register_sort_ops(Registry& registry);                // sort.cc
 
 // The CUDA kernels of every family (kernels/cuda/register.cc), in CUDA builds.
 void register_cuda_kernels(Registry& registry);

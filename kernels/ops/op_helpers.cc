@@ -1,5 +1,7 @@
 #include "kernels/ops/op_helpers.h"
 
+#include <utility>
+
 #include "core/error.h"
 #include "kernels/known_ops.h"
 
@@ -16,6 +18,14 @@ Tensor zeros(const Shape& shape, DType dtype, Device device, std::source_locatio
                        {"dtype", dtype},
                        {"device", device.to_string()}},
                       fallback);
+}
+
+AttrSpec required(std::string name, AttrValue type) {
+  return {.name = std::move(name), .default_value = std::move(type), .required = true};
+}
+
+AttrSpec optional(std::string name, AttrValue value) {
+  return {.name = std::move(name), .default_value = std::move(value)};
 }
 
 void check_floating(const char* what, DType dtype) {

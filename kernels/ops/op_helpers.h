@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "kernels/attrs.h"
 #include "kernels/dispatch.h"
+#include "kernels/registry.h"
 #include "kernels/scalar.h"
 
 namespace tandem::kernels {
@@ -49,6 +50,11 @@ inline std::vector<Tensor> nested_call(
 // like any op.
 Tensor zeros(const Shape& shape, DType dtype, Device device,
              std::source_location fallback = std::source_location::current());
+
+// Schema entries: an attribute the call must give (`type` says its type),
+// and one with a default.
+AttrSpec required(std::string name, AttrValue type);
+AttrSpec optional(std::string name, AttrValue value);
 
 // The single-input op's TensorMeta checks shared by many families.
 void check_floating(const char* what, DType dtype);

@@ -1,4 +1,4 @@
-// Reductions over any set of axes: sum, mean, max, min, var (attrs "axes",
+// Reductions over any set of axes: sum, mean, prod, max, min, var (attrs "axes",
 // empty meaning all, and "keepdims"), and argmax over one axis. Floating
 // inputs accumulate in double, integers in int64 (wrapping around, Note
 // [Integer arithmetic] in kernels/integer_math.h), so a float32 sum of many
@@ -117,26 +117,45 @@ void accumulate(Accumulator<T>& acc, T value) {
   }
 }
 
-// Sum (and mean, dividing by the count) into an accumulator per output.
-template <bool kMean>
-void sum_kernel(const KernelContext& c) {
+template <class T>
+void multiply(Accumulator<T>& acc, T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    acc *= value;
+  } else {
+    acc = integer::mul(acc, static_cast<int64_t>(value));
+  }
+}
+
+enum class Fold { kSum, kMean, kProd };
+
+// Sum, mean (the sum divided by the count) and product, into an accumulator
+// per output.
+template <Fold kFold>
+void fold_kernel(const KernelContext& c) {
   const Tensor& x = c.inputs[0];
   Axes axes = reduced_axes(x.shape(), c.attrs.get_ints("axes"));
   Shape keep = keepdims_shape(x.shape(), axes);
   visit_numeric(x.dtype(), [&]<class T>() {
+    auto fold = [](Accumulator<T>& acc, T value) {
+      if constexpr (kFold == Fold::kProd) {
+        multiply(acc, value);
+      } else {
+        accumulate(acc, value);
+      }
+    };
     // One accumulator per output; a reduction of everything (a loss, a norm)
-    // needs only one and no index arithmetic. Both add in row-major order.
-    absl::InlinedVector<Accumulator<T>, 1> acc(keep.numel(), 0);
+    // needs only one and no index arithmetic. Both fold in row-major order.
+    absl::InlinedVector<Accumulator<T>, 1> acc(keep.numel(), kFold == Fold::kProd ? 1 : 0);
     const T* in = x.data<T>();
     if (acc.size() == 1) {
-      for (int64_t i = 0; i < x.numel(); ++i) accumulate(acc[0], in[i]);
+      for (int64_t i = 0; i < x.numel(); ++i) fold(acc[0], in[i]);
     } else {
-      for_each_element(x.shape(), keep, [&](int64_t o, int64_t i) { accumulate(acc[o], in[i]); });
+      for_each_element(x.shape(), keep, [&](int64_t o, int64_t i) { fold(acc[o], in[i]); });
     }
     int64_t count = keep.numel() == 0 ? 0 : x.numel() / keep.numel();
     T* out = c.outputs[0].data<T>();
     for (size_t o = 0; o < acc.size(); ++o) {
-      if constexpr (kMean) {
+      if constexpr (kFold == Fold::kMean) {
         out[o] = static_cast<T>(count == 0 ? std::numeric_limits<double>::quiet_NaN()
                                            : static_cast<double>(acc[o]) / count);
       } else {
@@ -250,6 +269,47 @@ std::vector<Tensor> mean_gradient(const GradContext& c) {
                                                     scalar_tensor(count, x.dtype())})};
 }
 
+// d prod / dx_i = the product of the others: along the reduced axes, moved
+// last and merged into one, the exclusive running product from the front
+// times the one from the back (exact where x has zeros, unlike prod / x).
+std::vector<Tensor> prod_gradient(const GradContext& c) {
+  const Tensor& x = c.inputs[0];
+  Axes axes = reduced_axes(x.shape(), c.attrs.get_ints("axes"));
+  std::vector<int64_t> perm, moved_dims, lines_dims;
+  int64_t reduced = 1;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (std::binary_search(axes.begin(), axes.end(), i)) continue;
+    perm.push_back(i);
+    lines_dims.push_back(x.shape()[i]);
+  }
+  for (int axis : axes) {
+    perm.push_back(axis);
+    reduced *= x.shape()[axis];
+  }
+  for (int64_t axis : perm) moved_dims.push_back(x.shape()[static_cast<int>(axis)]);
+  lines_dims.push_back(reduced);
+  bool identity = std::is_sorted(perm.begin(), perm.end());
+  Tensor moved = identity ? x : nested_call1(transpose_op(), {x}, {{"perm", perm}});
+  Tensor lines = nested_call1(reshape_op(), {moved}, {{"shape", lines_dims}});
+  Attrs scan{{"axis", int64_t{-1}}, {"exclusive", true}};
+  Tensor front = nested_call1(cumprod_op(), {lines}, scan);
+  scan.set("reverse", true);
+  Tensor back = nested_call1(cumprod_op(), {lines}, scan);
+  Tensor others = nested_call1(op_def<elementwise::Mul>(), {front, back});
+  std::vector<int64_t> kept_dims(lines_dims.begin(), lines_dims.end() - 1);
+  kept_dims.push_back(1);
+  Tensor g = nested_call1(expand_op(),
+                          {nested_call1(reshape_op(), {c.grad_outputs[0]}, {{"shape", kept_dims}})},
+                          {{"shape", lines_dims}});
+  Tensor dx = nested_call1(reshape_op(), {nested_call1(op_def<elementwise::Mul>(), {others, g})},
+                           {{"shape", moved_dims}});
+  if (identity) return {dx};
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  return {nested_call1(transpose_op(), {dx}, {{"perm", inverse}})};
+}
+
 // Ties share the gradient equally.
 std::vector<Tensor> max_min_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
@@ -297,15 +357,21 @@ void register_reduce_ops(Registry& registry) {
   registry.add({.name = "sum",
                 .attrs = reduce_attrs(),
                 .infer = infer_reduce,
-                .cpu = sum_kernel<false>,
+                .cpu = fold_kernel<Fold::kSum>,
                 .gradient = sum_gradient,
                 .doc = "sum over axes (all when empty)"});
   registry.add({.name = "mean",
                 .attrs = reduce_attrs(),
                 .infer = infer_floating_reduce,
-                .cpu = sum_kernel<true>,
+                .cpu = fold_kernel<Fold::kMean>,
                 .gradient = mean_gradient,
                 .doc = "mean over axes (all when empty)"});
+  registry.add({.name = "prod",
+                .attrs = reduce_attrs(),
+                .infer = infer_reduce,
+                .cpu = fold_kernel<Fold::kProd>,
+                .gradient = prod_gradient,
+                .doc = "product over axes (all when empty)"});
   registry.add({.name = "max",
                 .attrs = reduce_attrs(),
                 .infer = infer_max_min,

@@ -681,20 +681,13 @@ std::vector<Tensor> expand_gradient(const GradContext& c) {
   return {sum_to(c.grad_outputs[0], c.inputs[0].shape())};
 }
 
-AttrSpec required(std::string name, AttrValue type) {
-  return {.name = std::move(name), .default_value = std::move(type), .required = true};
-}
-
-AttrSpec optional(std::string name, AttrValue value) {
-  return {.name = std::move(name), .default_value = std::move(value)};
-}
-
 }  // namespace
 
 const OpDef& reshape_op() { return op_def<"reshape">(); }
 const OpDef& expand_op() { return op_def<"expand">(); }
 const OpDef& slice_op() { return op_def<"slice">(); }
 const OpDef& split_op() { return op_def<"split">(); }
+const OpDef& transpose_op() { return op_def<"transpose">(); }
 
 // A table, one registry.add per op, each entry its op's whole definition:
 // long, but with nothing to split.

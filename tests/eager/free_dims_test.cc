@@ -232,6 +232,56 @@ TEST_F(FreeDims, BadNamesAndAxesAreRefused) {
 // with the eager answers; that sizes past a limit fall back to a trace, which
 // answers as eager code does; and that a call computing gradients traces per
 // shape, with a warning.
+// Indexing, running and ordering ops over a free batch and sequence: the
+// ops whose attributes or outputs depend on a free size (positions from
+// argsort and argmax, one_hot's fixed classes, running sums along seq).
+std::vector<Tensor> indexing_program(const std::vector<Tensor>& in) {
+  const Tensor& x = in[0];  // [batch, seq]
+  ValuesAndIndices sorted = sort(x, -1, /*descending=*/true);
+  Tensor regathered = gather(x, sorted.indices, 1);
+  Tensor spread = scatter_add(mul(x, 0.0), argsort(x), sorted.values, 1);
+  Tensor running = add(cumsum(x, 1), cumprod(add(mul(tanh(x), 0.25), 1.0), 1, false, true));
+  Tensor top = topk(x, 2, -1, /*largest=*/false).values;  // [batch, 2]
+  Tensor best = reshape(argmax(x, -1), {x.shape()[0], 1});
+  Tensor picked = gather_nd(x, best, 1);                           // [batch]
+  Tensor hot = cast(one_hot(argmax(x, -1), 16), DType::kFloat32);  // [batch, 16]
+  Tensor product = prod(add(mul(sigmoid(x), 0.5), 0.75), {1});     // [batch]
+  return {add(regathered, spread), running, top, add(picked, product), hot};
+}
+
+// Verifies that the indexing, scan and ordering ops export with batch and
+// seq free and give the eager answers at sizes the trace never saw, and
+// that hybridize serves those sizes from one trace.
+TEST_F(FreeDims, IndexingScanAndOrderingOpsFollowBatchAndSequence) {
+  HybridFunction f(indexing_program);
+  {
+    NoGradGuard no_grad;
+    f({randn({3, 7})});
+  }
+  f.export_model(path("indexing"), {}, {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
+  LoadedModel loaded = load(path("indexing"));
+  EXPECT_EQ(loaded.inputs()[0].shape_text(), "[batch, seq]");
+  HybridFunction hybrid(indexing_program,
+                        {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
+  NoGradGuard no_grad;
+  for (auto [batch, seq] : {std::pair<int64_t, int64_t>{3, 7}, {1, 2}, {2, 13}, {5, 3}}) {
+    SCOPED_TRACE(str_cat("batch ", batch, ", seq ", seq));
+    Tensor x = randn({batch, seq});
+    std::vector<Tensor> expected = indexing_program({x});
+    std::vector<Tensor> from_file = loaded.run({x});
+    std::vector<Tensor> replayed = hybrid({x});
+    ASSERT_EQ(from_file.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      expect_near(values_of(from_file[i]), values_of(expected[i]), 1e-5);
+      expect_near(values_of(replayed[i]), values_of(expected[i]), 1e-5);
+    }
+  }
+  EXPECT_EQ(hybrid.stats().traces, 1);
+  // Two smallest of one: refused by every mode, naming topk.
+  EXPECT_THAT(error_of([&] { loaded.run({randn({2, 1})}); }), HasSubstr("k = 2 must be in [0, 1]"));
+  EXPECT_THAT(error_of([&] { hybrid({randn({2, 1})}); }), HasSubstr("k = 2 must be in [0, 1]"));
+}
+
 TEST_F(FreeDims, HybridizeServesEverySizeFromOneTrace) {
   manual_seed(6);
   TinyLanguageModel model;

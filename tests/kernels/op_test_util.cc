@@ -1,5 +1,6 @@
 #include "tests/kernels/op_test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -175,6 +176,44 @@ OpTestCase activated(OpTestCase row, const ActivationCase& a) {
     return std::vector{call1(a.name, {unfused(in)[0]}, op_attrs)};
   };
   return row;
+}
+
+OpTestCase row(std::string op, std::string name, Inputs inputs, Attrs attrs,
+               std::function<Tensor(const Inputs&)> reference) {
+  bool gradient = std::any_of(inputs.begin(), inputs.end(),
+                              [](const Tensor& t) { return t.dtype() == DType::kFloat64; });
+  return {.name = std::move(name),
+          .op = std::move(op),
+          .inputs = std::move(inputs),
+          .attrs = std::move(attrs),
+          .reference = [reference](const Inputs& in) { return std::vector{reference(in)}; },
+          .check_gradient = gradient};
+}
+
+HostTensor::HostTensor(const Tensor& t) : shape(t.shape()), values(values_of(t)) {}
+
+double HostTensor::at(const Index& index) const {
+  int64_t flat = 0;
+  for (int i = 0; i < shape.rank(); ++i) flat = flat * shape[i] + index[i];
+  return values[static_cast<size_t>(flat)];
+}
+
+void for_each_index(const Shape& shape, const std::function<void(const Index&)>& f) {
+  Index index(shape.rank(), 0);
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    int64_t rest = i;
+    for (int axis = shape.rank() - 1; axis >= 0; --axis) {
+      index[axis] = rest % shape[axis];
+      rest /= shape[axis];
+    }
+    f(index);
+  }
+}
+
+Tensor build(const Shape& shape, DType dtype, const std::function<double(const Index&)>& f) {
+  std::vector<double> out;
+  for_each_index(shape, [&](const Index& index) { out.push_back(f(index)); });
+  return result(std::move(out), shape, dtype);
 }
 
 }  // namespace tandem::kernels::testing

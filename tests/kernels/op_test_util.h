@@ -67,6 +67,11 @@ using RowsFn = std::vector<OpTestCase> (*)();
 bool register_op_rows(const char* family, RowsFn rows);
 const std::vector<std::pair<std::string, RowsFn>>& registered_row_families();
 
+// A row whose reference gives a single output, checking the gradient when
+// an input is float64.
+OpTestCase row(std::string op, std::string name, Inputs inputs, Attrs attrs,
+               std::function<Tensor(const Inputs&)> reference);
+
 // Tensors for rows.
 Tensor tensor_of(std::vector<double> values, Shape shape, DType dtype = DType::kFloat64);
 // Uniform in [low, high), deterministic in `seed`.
@@ -102,6 +107,20 @@ Moments bernoulli(double p);
 // with the sample size, so a small sample checks loosely and a large one
 // closely (a test with a fixed seed fails by chance with odds below 1e-8).
 void expect_moments(const std::vector<double>& samples, const Moments& m);
+
+// Reference helpers: tensors read and built by multi-index, in row-major order.
+using Index = std::vector<int64_t>;
+// A tensor's values on the host, read by multi-index.
+struct HostTensor {
+  explicit HostTensor(const Tensor& t);
+  double at(const Index& index) const;
+  Shape shape;
+  std::vector<double> values;
+};
+// Calls f with every multi-index of `shape`, in row-major order.
+void for_each_index(const Shape& shape, const std::function<void(const Index&)>& f);
+// A tensor of `shape` whose element at each multi-index is f(index).
+Tensor build(const Shape& shape, DType dtype, const std::function<double(const Index&)>& f);
 
 // Reference helpers: elementwise maps over one or two broadcast operands.
 Tensor map1(const Tensor& a, const std::function<double(double)>& f, DType dtype = DType::kFloat64);

@@ -17,57 +17,11 @@ namespace {
 
 using ::testing::HasSubstr;
 using Ints = std::vector<int64_t>;
-using Index = std::vector<int64_t>;
-
-// A tensor's values on the host, read by multi-index.
-struct Host {
-  explicit Host(const Tensor& t) : shape(t.shape()), values(values_of(t)) {}
-  double at(const Index& index) const {
-    int64_t flat = 0;
-    for (int i = 0; i < shape.rank(); ++i) flat = flat * shape[i] + index[i];
-    return values[flat];
-  }
-  Shape shape;
-  std::vector<double> values;
-};
-
-// Calls f with every multi-index of `shape`, in row-major order.
-void for_each_index(const Shape& shape, const std::function<void(const Index&)>& f) {
-  Index index(shape.rank(), 0);
-  for (int64_t i = 0; i < shape.numel(); ++i) {
-    int64_t rest = i;
-    for (int axis = shape.rank() - 1; axis >= 0; --axis) {
-      index[axis] = rest % shape[axis];
-      rest /= shape[axis];
-    }
-    f(index);
-  }
-}
-
-// A tensor of `shape` whose element at each multi-index is f(index).
-Tensor build(const Shape& shape, DType dtype, const std::function<double(const Index&)>& f) {
-  std::vector<double> out;
-  for_each_index(shape, [&](const Index& index) { out.push_back(f(index)); });
-  return result(std::move(out), shape, dtype);
-}
 
 Shape with_dim(const Shape& shape, int axis, int64_t size) {
   Shape::Dims dims(shape.begin(), shape.end());
   dims[axis] = size;
   return Shape(dims);
-}
-
-// Rows whose reference is a single output.
-OpTestCase row(std::string op, std::string name, Inputs inputs, Attrs attrs,
-               std::function<Tensor(const Inputs&)> reference) {
-  bool gradient = std::any_of(inputs.begin(), inputs.end(),
-                              [](const Tensor& t) { return t.dtype() == DType::kFloat64; });
-  return {.name = std::move(name),
-          .op = std::move(op),
-          .inputs = std::move(inputs),
-          .attrs = std::move(attrs),
-          .reference = [reference](const Inputs& in) { return std::vector{reference(in)}; },
-          .check_gradient = gradient};
 }
 
 // Same values, another shape (reshape, flatten).
@@ -77,7 +31,7 @@ std::function<Tensor(const Inputs&)> same_values(Shape shape) {
 
 std::function<Tensor(const Inputs&)> transposed(Ints perm) {
   return [perm](const Inputs& in) {
-    Host x(in[0]);
+    HostTensor x(in[0]);
     Shape::Dims dims;
     for (int64_t p : perm) dims.push_back(x.shape[static_cast<int>(p)]);
     return build(Shape(dims), in[0].dtype(), [&](const Index& out) {
@@ -90,19 +44,19 @@ std::function<Tensor(const Inputs&)> transposed(Ints perm) {
 
 // Inputs joined along `axis`; `stack` first gives each a new axis of size 1.
 std::vector<Tensor> joined(const Inputs& in, int axis, bool stack) {
-  std::vector<Host> hosts;
+  std::vector<HostTensor> hosts;
   for (const Tensor& t : in) hosts.emplace_back(t);
-  auto dims_of = [&](const Host& h) {
+  auto dims_of = [&](const HostTensor& h) {
     Shape::Dims dims(h.shape.begin(), h.shape.end());
     if (stack) dims.insert(dims.begin() + axis, 1);
     return dims;
   };
   Shape::Dims dims = dims_of(hosts[0]);
   dims[axis] = 0;
-  for (const Host& h : hosts) dims[axis] += dims_of(h)[axis];
+  for (const HostTensor& h : hosts) dims[axis] += dims_of(h)[axis];
   return {build(Shape(dims), in[0].dtype(), [&](const Index& out) {
     int64_t row = out[axis];
-    for (const Host& h : hosts) {
+    for (const HostTensor& h : hosts) {
       int64_t rows = dims_of(h)[axis];
       if (row < rows) {
         Index from = out;
@@ -118,7 +72,7 @@ std::vector<Tensor> joined(const Inputs& in, int axis, bool stack) {
 
 // x[begin:end:step] along axis, bounds already resolved.
 Tensor sliced(const Tensor& t, int axis, int64_t begin, int64_t count, int64_t step) {
-  Host x(t);
+  HostTensor x(t);
   return build(with_dim(x.shape, axis, count), t.dtype(), [&](const Index& out) {
     Index from = out;
     from[axis] = begin + out[axis] * step;
@@ -128,7 +82,7 @@ Tensor sliced(const Tensor& t, int axis, int64_t begin, int64_t count, int64_t s
 
 // The inverse: rows of `t` put at begin + j * step of zeros of length size.
 Tensor unsliced(const Tensor& t, int axis, int64_t begin, int64_t size, int64_t step) {
-  Host g(t);
+  HostTensor g(t);
   return build(with_dim(g.shape, axis, size), t.dtype(), [&](const Index& out) {
     int64_t offset = out[axis] - begin;
     if (offset < 0 || offset % step != 0 || offset / step >= g.shape[axis]) return 0.0;
@@ -140,7 +94,7 @@ Tensor unsliced(const Tensor& t, int axis, int64_t begin, int64_t size, int64_t 
 
 // out[..., j..., ...] = x[..., indices[j...], ...] along axis.
 Tensor taken(const Tensor& t, const Tensor& indices, int axis) {
-  Host x(t), idx(indices);
+  HostTensor x(t), idx(indices);
   Shape::Dims dims(x.shape.begin(), x.shape.begin() + axis);
   dims.insert(dims.end(), idx.shape.begin(), idx.shape.end());
   dims.insert(dims.end(), x.shape.begin() + axis + 1, x.shape.end());
@@ -288,7 +242,7 @@ TANDEM_OP_TEST_ROWS(shape) {
                      [](const Inputs& in) { return taken(in[0], in[1], 0); }));
   auto index_added = [](int axis) {
     return [axis](const Inputs& in) {
-      Host x(in[0]), idx(in[1]), src(in[2]);
+      HostTensor x(in[0]), idx(in[1]), src(in[2]);
       std::vector<double> out = x.values;
       // Each element of src adds to the element of x its index names.
       for_each_index(src.shape, [&](const Index& at) {
@@ -320,7 +274,7 @@ TANDEM_OP_TEST_ROWS(shape) {
   // pad.
   auto padded = [](Ints pads, double value) {
     return [pads, value](const Inputs& in) {
-      Host x(in[0]);
+      HostTensor x(in[0]);
       Shape::Dims dims(x.shape.begin(), x.shape.end());
       for (int i = 0; i < x.shape.rank(); ++i) dims[i] += pads[2 * i] + pads[2 * i + 1];
       return build(Shape(dims), in[0].dtype(), [&](const Index& out) {
@@ -356,7 +310,7 @@ TANDEM_OP_TEST_ROWS(shape) {
   // expand.
   auto expanded = [](Shape shape) {
     return [shape](const Inputs& in) {
-      Host x(in[0]);
+      HostTensor x(in[0]);
       int extra = shape.rank() - x.shape.rank();
       return build(shape, in[0].dtype(), [&](const Index& out) {
         Index from(x.shape.rank());
