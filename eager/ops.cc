@@ -235,8 +235,28 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype, Location
 Tensor pad(const Tensor& x, const Dims& pads, double value, Location where) {
   return call1<"pad">({x}, {{"pads", pads}, {"value", value}}, where);
 }
+Tensor pad(const Tensor& x, const Dims& pads, std::string_view mode, double value, Location where) {
+  return call1<"pad">({x}, {{"pads", pads}, {"value", value}, {"mode", std::string(mode)}}, where);
+}
 Tensor expand(const Tensor& x, const Dims& shape, Location where) {
   return call1<"expand">({x}, {{"shape", shape}}, where);
+}
+Tensor interpolate(const Tensor& x, const Dims& size, std::string_view mode, bool align_corners,
+                   Location where) {
+  // torch's per-rank names for linear interpolation.
+  std::string op_mode(mode);
+  const bool bilinear = mode == "bilinear", trilinear = mode == "trilinear";
+  if (bilinear || trilinear) {
+    const size_t axes = bilinear ? 2 : 3;
+    if (size.size() != axes) {
+      CallSiteScope site("interpolate", where);
+      TANDEM_CHECK(false, "mode '", mode, "' needs ", axes, " spatial sizes, got ", size.size(),
+                   "; 'linear' takes any number");
+    }
+    op_mode = "linear";
+  }
+  return call1<"interpolate">(
+      {x}, {{"size", size}, {"mode", op_mode}, {"align_corners", align_corners}}, where);
 }
 
 Tensor zeros(const Dims& shape, DType dtype, Device device, Location where) {

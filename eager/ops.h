@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -265,9 +266,19 @@ Tensor scatter_nd_add(const Tensor& x, const Tensor& indices, const Tensor& upda
 // indices as one-hot vectors along a new last axis of `num_classes`.
 Tensor one_hot(const Tensor& indices, int64_t num_classes, DType dtype = DType::kInt64,
                TANDEM_HERE);
-// `pads` holds (before, after) for each axis.
+// `pads` holds (before, after) for each axis, outermost first.
 Tensor pad(const Tensor& x, const Dims& pads, double value = 0, TANDEM_HERE);
+// The same in a mode, as torch's F.pad: "constant" (with value), "reflect"
+// (mirrored about the edge, which is not repeated; each pad below the axis's
+// size), "replicate" (the edge repeated) or "circular" (wrapped around).
+Tensor pad(const Tensor& x, const Dims& pads, std::string_view mode, double value = 0, TANDEM_HERE);
 Tensor expand(const Tensor& x, const Dims& shape, TANDEM_HERE);
+// x [N, C, spatial...] (1 to 3 spatial axes) resized to `size`, as torch's
+// F.interpolate with a size: mode "nearest", or "linear" / "bilinear" /
+// "trilinear" (one name per spatial rank, or "linear" for any), with
+// align_corners (linear only).
+Tensor interpolate(const Tensor& x, const Dims& size, std::string_view mode = "nearest",
+                   bool align_corners = false, TANDEM_HERE);
 
 // ---- Creation, on the CPU unless told otherwise. Random ops draw a seed
 // from the global generator; the same seed gives the same values on every

@@ -21,6 +21,8 @@ const OpDef& expand_op();
 const OpDef& slice_op();
 const OpDef& split_op();
 const OpDef& transpose_op();
+// kernels/ops/padding.cc
+const OpDef& pad_op();
 // kernels/ops/reduce.cc
 const OpDef& sum_op();
 const OpDef& mean_op();

@@ -29,6 +29,8 @@ const Registry& Registry::global() {
     register_indexing_ops(*r);
     register_scan_ops(*r);
     register_sort_ops(*r);
+    register_padding_ops(*r);
+    register_interpolate_ops(*r);
 #ifdef TANDEM_WITH_CUDA
     register_cuda_kernels(*r);  // After the ops whose slots it fills.
 #endif

@@ -17,7 +17,7 @@
 // transformer.h TransformerEncoderLayer, TransformerEncoder
 // recurrent.h   RNN, LSTM, GRU
 // positional_encoding.h  PositionalEncoding (sinusoidal)
-// identity.h    Identity
+// identity.h    Identity          upsample.h   Upsample
 #pragma once
 
 #include "eager/nn/activation.h"
@@ -38,3 +38,4 @@
 #include "eager/nn/sequential.h"
 #include "eager/nn/state_dict.h"
 #include "eager/nn/transformer.h"
+#include "eager/nn/upsample.h"

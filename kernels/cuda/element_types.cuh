@@ -54,16 +54,26 @@ struct FillBits {
   __device__ void operator()(int64_t i) const { out[i] = value; }
 };
 
-// Writes `value`, converted like convert<T>(double), to every element of
-// `out` (any dtype).
-inline void fill(const Tensor& out, double value, cudaStream_t stream) {
-  visit_all(out.dtype(), [&]<class T>() {
+// Calls f.template operator()<U>(bits) with `value` converted like
+// convert<T>(double) to `dtype`, as the bits of an unsigned integer U of
+// its size: for kernels that only move elements.
+template <class F>
+void with_value_bits(DType dtype, double value, F&& f) {
+  visit_all(dtype, [&]<class T>() {
     device_t<T> element = convert<device_t<T>>(value);
     visit_element_bits(sizeof(element), [&]<class U>() {
       U bits;
       std::memcpy(&bits, &element, sizeof(bits));
-      for_each(stream, out.numel(), FillBits<U>{static_cast<U*>(out.raw_data()), bits});
+      f.template operator()<U>(bits);
     });
+  });
+}
+
+// Writes `value`, converted like convert<T>(double), to every element of
+// `out` (any dtype).
+inline void fill(const Tensor& out, double value, cudaStream_t stream) {
+  with_value_bits(out.dtype(), value, [&]<class U>(U bits) {
+    for_each(stream, out.numel(), FillBits<U>{static_cast<U*>(out.raw_data()), bits});
   });
 }
 

@@ -18,5 +18,7 @@ void register_copy_cuda_kernels(Registry& registry);          // copy.cc
 void register_indexing_cuda_kernels(Registry& registry);      // indexing.cu
 void register_scan_cuda_kernels(Registry& registry);          // scan.cu
 void register_sort_cuda_kernels(Registry& registry);          // sort.cu
+void register_padding_cuda_kernels(Registry& registry);       // padding.cu
+void register_interpolate_cuda_kernels(Registry& registry);   // interpolate.cu
 
 }  // namespace tandem::kernels

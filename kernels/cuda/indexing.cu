@@ -7,7 +7,6 @@
 // writes, and scatter_add's float sums may differ from the CPU's in the
 // last bits.
 #include <cstdint>
-#include <cstring>
 
 #include <cuda_runtime_api.h>
 
@@ -217,15 +216,10 @@ struct OneHot {
 
 void one_hot_kernel(const KernelContext& c) {
   const Tensor& out = c.outputs[0];
-  visit_all(out.dtype(), [&]<class T>() {
-    const device_t<T> one = convert<device_t<T>>(1.0);
-    visit_element_bits(sizeof(one), [&]<class U>() {
-      U bits;
-      std::memcpy(&bits, &one, sizeof(bits));
-      for_each(stream_of(c), out.numel(),
-               OneHot<U>{c.inputs[0].data<int64_t>(), static_cast<U*>(out.raw_data()),
-                         c.attrs.get_int("num_classes"), bits});
-    });
+  with_value_bits(out.dtype(), 1.0, [&]<class U>(U one) {
+    for_each(stream_of(c), out.numel(),
+             OneHot<U>{c.inputs[0].data<int64_t>(), static_cast<U*>(out.raw_data()),
+                       c.attrs.get_int("num_classes"), one});
   });
 }
 

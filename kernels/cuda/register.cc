@@ -16,6 +16,8 @@ void register_cuda_kernels(Registry& registry) {
   register_indexing_cuda_kernels(registry);
   register_scan_cuda_kernels(registry);
   register_sort_cuda_kernels(registry);
+  register_padding_cuda_kernels(registry);
+  register_interpolate_cuda_kernels(registry);
 }
 
 }  // namespace tandem::kernels

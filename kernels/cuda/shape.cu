@@ -1,6 +1,6 @@
 // The CUDA kernels of the shape ops (kernels/ops/shape.cc). As on the CPU,
-// every op writes a fresh contiguous output, and all but pad's fill and
-// index_add's sum move bytes without looking at the dtype. Attributes were
+// every op writes a fresh contiguous output, and all but index_add's sum
+// move bytes without looking at the dtype. Attributes were
 // checked by inference; the helpers here only resolve them (negative axes,
 // Python slice bounds) the same way.
 #include <algorithm>
@@ -234,18 +234,6 @@ void slice_backward_kernel(const KernelContext& c) {
   move_strided_rows(stream_of(c), out, c.inputs[0], c.attrs, /*scatter=*/true);
 }
 
-void pad_kernel(const KernelContext& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor& out = c.outputs[0];
-  const Ints& pads = c.attrs.get_ints("pads");
-  fill(out, c.attrs.get_float("value"), stream_of(c));
-  Strides out_strides = contiguous_strides(out.shape());
-  int64_t offset = 0;  // Of the input's first element in the output.
-  for (int axis = 0; axis < x.rank(); ++axis) offset += pads[2 * axis] * out_strides[axis];
-  copy_strided(stream_of(c), bytes_of(out) + offset * dtype_size(out.dtype()), out_strides,
-               x.raw_data(), contiguous_strides(x.shape()), x.shape(), dtype_size(x.dtype()));
-}
-
 // take, embedding and index_add: index j of `indices` selects row
 // indices[j] of the axis, counting from the end when negative (take and
 // index_add; for embedding a negative index is out of range).
@@ -339,7 +327,6 @@ void register_shape_cuda_kernels(Registry& registry) {
   registry.set_cuda_kernel("take", cuda::take_kernel);
   registry.set_cuda_kernel("embedding", cuda::embedding_kernel);
   registry.set_cuda_kernel("index_add", cuda::index_add_kernel);
-  registry.set_cuda_kernel("pad", cuda::pad_kernel);
   registry.set_cuda_kernel("expand", cuda::expand_kernel);
 }
 

@@ -20,6 +20,8 @@ void register_device_copy_ops(Registry& registry);         // device_copy.cc
 void register_indexing_ops(Registry& registry);            // indexing.cc
 void register_scan_ops(Registry& registry);                // scan.cc
 void register_sort_ops(Registry& registry);                // sort.cc
+void register_padding_ops(Registry& registry);             // padding.cc
+void register_interpolate_ops(Registry& registry);         // interpolate.cc
 
 // The CUDA kernels of every family (kernels/cuda/register.cc), in CUDA builds.
 void register_cuda_kernels(Registry& registry);

@@ -1,8 +1,8 @@
 // Shape ops: reshape, flatten, transpose, concat, stack, split, slice, take,
-// embedding, pad, expand; and the two scatters their gradients use,
-// slice_backward and index_add. Every kernel copies into a fresh contiguous
-// output (the engine cannot alias outputs yet), so they move bytes without
-// caring about the dtype, except where values are made (pad's fill) or added
+// embedding, expand; and the two scatters their gradients use,
+// slice_backward and index_add (pad is padding.cc). Every kernel copies into
+// a fresh contiguous output (the engine cannot alias outputs yet), so they
+// move bytes without caring about the dtype, except where values are added
 // (index_add).
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,6 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
-#include "kernels/element_cast.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/known_ops.h"
 #include "kernels/ops/families.h"
@@ -393,7 +392,7 @@ std::vector<Tensor> slice_gradient(const GradContext& c) {
     Ints pads(2 * shape.rank(), 0);
     pads[2 * range.axis] = range.begin;
     pads[2 * range.axis + 1] = shape[range.axis] - range.begin - range.count;
-    return {nested_call1("pad", {g}, {{"pads", pads}})};
+    return {nested_call1(pad_op(), {g}, {{"pads", pads}})};
   }
   Attrs attrs = c.attrs;
   attrs.set("size", shape[range.axis]);
@@ -577,78 +576,6 @@ std::vector<Tensor> index_add_gradient(const GradContext& c) {
   return {g, Tensor(), nested_call1("take", {g, c.inputs[1]}, {{"axis", c.attrs.get_int("axis")}})};
 }
 
-// pad: `pads` = [before_0, after_0, before_1, after_1, ...], filled with `value`.
-
-TensorMetas infer_pad(absl::Span<const TensorMeta> in, const Attrs& attrs) {
-  const Shape& shape = in[0].shape;
-  const Ints& pads = attrs.get_ints("pads");
-  TANDEM_CHECK(static_cast<int>(pads.size()) == 2 * shape.rank(), "pads ", ints_to_string(pads),
-               " has ", pads.size(), " entries; a tensor of shape ", shape.to_string(), " needs ",
-               2 * shape.rank(), " (before and after for each axis)");
-  Shape::Dims dims(shape.begin(), shape.end());
-  for (int i = 0; i < shape.rank(); ++i) {
-    const int64_t before = pads[2 * i], after = pads[2 * i + 1];
-    TANDEM_CHECK(before >= 0 && after >= 0, "pads ", ints_to_string(pads),
-                 " has a negative entry at axis ", i);
-    // The gradient slices [before, before + shape[i]), inside this sum.
-    auto input = [&] { return shape.to_string(); };
-    dims[i] = checked_add(
-        checked_add(dims[i], before, "axis ", i, " of ", input, " padded by pads[", 2 * i, "]"),
-        after, "axis ", i, " of ", input, " padded by pads[", 2 * i, "] and pads[", 2 * i + 1, "]");
-  }
-  // An integer fill must be a value of the dtype (a float one may round).
-  check_value_fits("value", attrs.get_float("value"), in[0].dtype);
-  return {{Shape(dims), in[0].dtype}};
-}
-
-void pad_kernel(const KernelContext& c) {
-  const Tensor& x = c.inputs[0];
-  const Tensor& out = c.outputs[0];
-  const Ints& pads = c.attrs.get_ints("pads");
-  double value = c.attrs.get_float("value");
-  visit_all(x.dtype(), [&]<class T>() {
-    T fill = convert<T>(value);  // Exact for integers: inference checked it.
-    T* dst = out.data<T>();
-    std::fill(dst, dst + out.numel(), fill);
-    const Shape& shape = x.shape();
-    int rank = shape.rank();
-    if (x.numel() == 0) return;
-    if (rank == 0) {
-      *dst = *x.data<T>();
-      return;
-    }
-    // Copy the input's rows (its last axis) to their place in the output.
-    int64_t row = shape[rank - 1], rows = x.numel() / row;
-    const T* src = x.data<T>();
-    Strides index(rank, 0), out_strides(rank, 1);
-    for (int i = rank - 2; i >= 0; --i) out_strides[i] = out_strides[i + 1] * out.shape()[i + 1];
-    int64_t offset = 0;
-    for (int i = 0; i < rank; ++i) offset += pads[2 * i] * out_strides[i];
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy(src + r * row, src + (r + 1) * row, dst + offset);
-      for (int axis = rank - 2; axis >= 0; --axis) {
-        offset += out_strides[axis];
-        if (++index[axis] < shape[axis]) break;
-        offset -= out_strides[axis] * shape[axis];
-        index[axis] = 0;
-      }
-    }
-  });
-}
-
-std::vector<Tensor> pad_gradient(const GradContext& c) {
-  const Ints& pads = c.attrs.get_ints("pads");
-  const Shape& shape = c.inputs[0].shape();
-  Tensor g = c.grad_outputs[0];
-  for (int i = 0; i < shape.rank(); ++i) {
-    if (pads[2 * i] == 0 && pads[2 * i + 1] == 0) continue;
-    g = nested_call1(
-        "slice", {g},
-        {{"axis", int64_t{i}}, {"begin", pads[2 * i]}, {"end", pads[2 * i] + shape[i]}});
-  }
-  return {g};
-}
-
 // expand: x broadcast to `shape` (NumPy rules; -1 keeps x's dimension).
 
 TensorMetas infer_expand(absl::Span<const TensorMeta> in, const Attrs& attrs) {
@@ -769,12 +696,6 @@ void register_shape_ops(Registry& registry) {
                 .cpu = index_add_kernel,
                 .gradient = index_add_gradient,
                 .doc = "x with src added at rows indices along an axis (take's adjoint)"});
-  registry.add({.name = "pad",
-                .attrs = {required("pads", Ints{}), optional("value", 0.0)},
-                .infer = infer_pad,
-                .cpu = pad_kernel,
-                .gradient = pad_gradient,
-                .doc = "x surrounded by value: pads = [before_0, after_0, ...]"});
   registry.add({.name = "expand",
                 .attrs = {required("shape", Ints{})},
                 .infer = infer_expand,

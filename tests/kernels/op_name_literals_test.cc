@@ -72,6 +72,8 @@ const std::map<std::string, std::set<std::string>> kNotOpNames = {
     {"kernels/cuda/softmax_loss.cu", {"mean", "sum"}},
     // batch_norm's inputs, named in its errors.
     {"kernels/ops/norm.cc", {"mean", "var"}},
+    // A value of interpolate's "mode" attribute.
+    {"kernels/ops/interpolate.cc", {"linear"}},
     // torch's names of a transformer layer's child module and activations.
     {"eager/nn/transformer.cc", {"dropout", "gelu", "relu"}},
 };
