@@ -360,6 +360,17 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const D
       {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}},
       where);
 }
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Dims& stride, const Dims& padding, const Dims& output_padding,
+                        int64_t groups, const Dims& dilation, Location where) {
+  return call1<"conv_transpose2d">({x, weight, bias},
+                                   {{"stride", stride},
+                                    {"padding", padding},
+                                    {"output_padding", output_padding},
+                                    {"dilation", dilation},
+                                    {"groups", groups}},
+                                   where);
+}
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   Location where) {
   return call1<"max_pool2d">({x}, pool_attrs(kernel, stride, padding), where);

@@ -324,6 +324,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, TANDEM_
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const Dims& stride = {1, 1}, const Dims& padding = {0, 0},
               const Dims& dilation = {1, 1}, int64_t groups = 1, TANDEM_HERE);
+// The transposed convolution (conv2d's adjoint, plus bias), as torch's
+// F.conv_transpose2d: weight [in, out / groups, kH, kW].
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Dims& stride = {1, 1}, const Dims& padding = {0, 0},
+                        const Dims& output_padding = {0, 0}, int64_t groups = 1,
+                        const Dims& dilation = {1, 1}, TANDEM_HERE);
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
                   const Dims& padding = {0, 0}, TANDEM_HERE);
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},

@@ -113,4 +113,48 @@ std::string Conv1d::extra_repr() const {
   return out;
 }
 
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options) : options_(options) {
+  const ConvTranspose2dOptions& o = options;
+  TANDEM_CHECK(o.output_padding.h >= 0 && o.output_padding.w >= 0,
+               "ConvTranspose2d needs non-negative output_padding, got ",
+               o.output_padding.to_string());
+  make_parameters(*this, "ConvTranspose2d",
+                  {.in_channels = o.in_channels,
+                   .out_channels = o.out_channels,
+                   .kernel_size = o.kernel_size,
+                   .stride = o.stride,
+                   .padding = o.padding,
+                   .dilation = o.dilation,
+                   .groups = o.groups,
+                   .bias = o.bias,
+                   .dtype = o.dtype},
+                  Shape{o.in_channels, o.out_channels / o.groups, o.kernel_size.h, o.kernel_size.w},
+                  weight_, bias_, zero_bias_);
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) {
+  const ConvTranspose2dOptions& o = options_;
+  TANDEM_CHECK(x.rank() == 4 && x.shape()[1] == o.in_channels, "ConvTranspose2d(", o.in_channels,
+               " -> ", o.out_channels, ") expects input of shape [N, ", o.in_channels,
+               ", H, W], got ", x.shape().to_string());
+  return conv_transpose2d(x, weight_, o.bias ? bias_ : zero_bias_, o.stride.dims(),
+                          o.padding.dims(), o.output_padding.dims(), o.groups, o.dilation.dims(),
+                          call_site());
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  const ConvTranspose2dOptions& o = options_;
+  std::string out =
+      str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size.to_string());
+  if (o.stride != Size2(1)) out += str_cat(", stride=", o.stride.to_string());
+  if (o.padding != Size2(0)) out += str_cat(", padding=", o.padding.to_string());
+  if (o.output_padding != Size2(0)) {
+    out += str_cat(", output_padding=", o.output_padding.to_string());
+  }
+  if (o.dilation != Size2(1)) out += str_cat(", dilation=", o.dilation.to_string());
+  if (o.groups != 1) out += str_cat(", groups=", o.groups);
+  if (!o.bias) out += ", bias=false";
+  return out;
+}
+
 }  // namespace tandem::nn

@@ -1,5 +1,6 @@
-// nn::Conv2d and nn::Conv1d: convolutions over [N, C, H, W] and [N, C, L]
-// input, as torch::nn::Conv2d and Conv1d.
+// nn::Conv2d, nn::Conv1d and nn::ConvTranspose2d: convolutions over
+// [N, C, H, W] and [N, C, L] input, and the transposed convolution, as
+// torch::nn::Conv2d, Conv1d and ConvTranspose2d.
 //
 //   auto conv = std::make_shared<nn::Conv2d>(3, 16, /*kernel=*/3, /*stride=*/1, /*padding=*/1);
 //   Tensor y = conv->forward(x);                 // [N, 3, 32, 32] -> [N, 16, 32, 32]
@@ -97,6 +98,52 @@ class Conv1d : public Module {
 
  private:
   Conv1dOptions options_;
+  Tensor weight_;
+  Tensor bias_;
+  Tensor zero_bias_;
+};
+
+struct ConvTranspose2dOptions {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  Size2 kernel_size;
+  Size2 stride = 1;
+  Size2 padding = 0;
+  // Added to one side of the output: picks among the sizes a strided
+  // convolution maps back to the input's (below the stride; torch also takes
+  // it below the dilation, which Tandem refuses).
+  Size2 output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  Size2 dilation = 1;
+  DType dtype = DType::kFloat32;
+};
+
+// The transposed convolution, the adjoint of Conv2d (a learned upsampling):
+// "weight" is [in, out / groups, kh, kw] (torch's layout), initialized as
+// torch does (fan_in = out / groups * kh * kw), and "bias" [out].
+// Output size per spatial axis: (size - 1) stride - 2 padding +
+// dilation (k - 1) + output_padding + 1.
+class ConvTranspose2d : public Module {
+ public:
+  explicit ConvTranspose2d(const ConvTranspose2dOptions& options);
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1,
+                  Size2 padding = 0, Size2 output_padding = 0, int64_t groups = 1, bool bias = true,
+                  Size2 dilation = 1)
+      : ConvTranspose2d(ConvTranspose2dOptions{in_channels, out_channels, kernel_size, stride,
+                                               padding, output_padding, groups, bias, dilation}) {}
+
+  // x: [N, in_channels, H, W] -> [N, out_channels, H', W'].
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ConvTranspose2d"; }
+  std::string extra_repr() const override;
+
+  const ConvTranspose2dOptions& options() const { return options_; }
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // Undefined without bias.
+
+ private:
+  ConvTranspose2dOptions options_;
   Tensor weight_;
   Tensor bias_;
   Tensor zero_bias_;

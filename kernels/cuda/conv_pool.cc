@@ -255,6 +255,16 @@ void conv2d_backward_data_kernel(const KernelContext& c) {
       scratch.raw_data(), a.workspace, cuda::kZero.for_dtype(gy.dtype()), conv.x(), gx.raw_data()));
 }
 
+// conv_transpose2d(x, weight, bias) -> y: conv2d's backward data from y's
+// shape to x's, then the bias.
+void conv_transpose2d_kernel(const KernelContext& c) {
+  conv2d_backward_data_kernel(c);
+  const Tensor& y = c.outputs[0];
+  if (y.numel() == 0) return;
+  cuda::add_bias_and_activate(y, c.inputs[2], y.shape()[2] * y.shape()[3],
+                              Attrs{{"activation", std::string("none")}}, cuda::stream_of(c));
+}
+
 // grad_bias: grad_y summed over all but the channel axis.
 void conv2d_backward_bias(const KernelContext& c, const Tensor& gy, const Tensor& gb) {
   const cudnnDataType_t type = cudnn_data_type(gy.dtype());
@@ -354,6 +364,7 @@ void register_conv_pool_cuda_kernels(Registry& registry) {
   registry.set_cuda_kernel("conv2d", conv2d_kernel);
   registry.set_cuda_kernel("conv2d_backward_data", conv2d_backward_data_kernel);
   registry.set_cuda_kernel("conv2d_backward_weight", conv2d_backward_weight_kernel);
+  registry.set_cuda_kernel("conv_transpose2d", conv_transpose2d_kernel);
   registry.set_cuda_kernel("max_pool2d", max_pool2d_kernel);
   registry.set_cuda_kernel("max_pool2d_backward", max_pool2d_backward_kernel);
   registry.set_cuda_kernel("avg_pool2d", average_kernel<fixed_windows>);

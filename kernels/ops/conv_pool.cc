@@ -380,6 +380,82 @@ std::vector<Tensor> conv2d_gradient(const GradContext& c) {
   return {grad_x, grad_wb[0], grad_wb[1]};
 }
 
+// conv_transpose2d(x, weight, bias): the adjoint of conv2d from the output's
+// shape to x's (what conv2d_backward_data computes), plus the bias, with
+// torch's weight layout [in_channels, out_channels / groups, kH, kW]. Output
+// size per axis: (in - 1) stride - 2 padding + dilation (k - 1) +
+// output_padding + 1, where output_padding (below the stride) picks among
+// the sizes a strided conv2d maps back to `in`.
+
+TensorMetas infer_conv_transpose2d(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  check_same_float(in);
+  const Shape &x = in[0].shape, &w = in[1].shape;
+  check_nchw("x", x);
+  TANDEM_CHECK(w.rank() == 4 && w[0] == x[1], "weight must be [in_channels = ", x[1],
+               ", out_channels / groups, kH, kW] for x of shape ", x.to_string(), ", got shape ",
+               w.to_string());
+  const int64_t groups = attrs.get_int("groups");
+  TANDEM_CHECK(groups >= 1 && x[1] % groups == 0, "groups = ", groups,
+               " must be positive and divide the input channels (", x[1], ")");
+  const Pair stride = pair_attr(attrs, "stride", 1), padding = pair_attr(attrs, "padding", 0),
+             dilation = pair_attr(attrs, "dilation", 1),
+             output_padding = pair_attr(attrs, "output_padding", 0);
+  Shape::Dims y{x[0], checked_mul(w[1], groups, "the output channels of weight ", w.to_string())};
+  for (int k = 0; k < 2; ++k) {
+    // torch also takes output_padding below the dilation at stride 1, where
+    // the extra rows hold the bias alone; not supported here.
+    TANDEM_CHECK(output_padding[k] < stride[k], "output_padding ",
+                 attr_to_string(ints(output_padding)), " must be below the stride ",
+                 attr_to_string(ints(stride)));
+    auto what = [&] { return x.to_string(); };
+    const int64_t swept = checked_mul(x[k + 2] - 1, stride[k], "the strided input of ", what);
+    const int64_t extent = dilated(w[k + 2], dilation[k], "kernel");
+    const int64_t size = checked_add(checked_add(swept, extent, "the output of ", what),
+                                     output_padding[k] - 2 * padding[k], "the output of ", what);
+    TANDEM_CHECK(x[k + 2] >= 1 && size >= 1, "the transposed convolution of x of shape ",
+                 x.to_string(), " gives output size ", size, " on axis ", k + 2,
+                 "; it must be at least 1");
+    y.push_back(size);
+  }
+  // The convolution it is the adjoint of maps the output's shape back to x's.
+  TANDEM_CHECK(conv_geometry(Shape(y), w, attrs).out() == x, "unreachable: inconsistent sizes");
+  TANDEM_CHECK(in[2].shape == Shape{y[1]}, "bias must be [", y[1], "], got shape ",
+               in[2].shape.to_string());
+  return {{Shape(y), in[0].dtype}};
+}
+
+void conv_transpose2d_kernel(const KernelContext& c) {
+  conv2d_backward_data_kernel(c);  // Reads x as grad_y and the weight; writes y as grad_x.
+  const Tensor &b = c.inputs[2], &y = c.outputs[0];
+  visit_floating(y.dtype(), [&]<class T>() {
+    const T* pb = b.data<T>();
+    T* py = y.data<T>();
+    const int64_t plane = y.shape()[2] * y.shape()[3], channels = y.shape()[1];
+    parallel_for(y.numel(), kCheapGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) py[i] += pb[(i / plane) % channels];
+    });
+  });
+}
+
+// Its adjoint is conv2d: x's gradient is the convolution of grad_y, and the
+// weight's is conv2d's weight gradient with the roles of x and y swapped.
+std::vector<Tensor> conv_transpose2d_gradient(const GradContext& c) {
+  const Tensor &x = c.inputs[0], &w = c.inputs[1], &g = c.grad_outputs[0];
+  Attrs conv;
+  for (const char* name : {"stride", "padding", "dilation", "groups"}) {
+    conv.set(name, *c.attrs.find(name));
+  }
+  Tensor grad_x =
+      c.needs_grad(0)
+          ? nested_call1(conv2d_op(), {g, w, zeros(Shape{w.shape()[0]}, w.dtype(), w.device())},
+                         conv)
+          : Tensor();
+  Tensor grad_w =
+      nested_call("conv2d_backward_weight", {g, x}, with_shape(conv, "weight_shape", w.shape()))[0];
+  Tensor grad_b = nested_call1(sum_op(), {g}, {{"axes", std::vector<int64_t>{0, 2, 3}}});
+  return {grad_x, grad_w, grad_b};
+}
+
 // Pooling
 
 struct Pool {
@@ -887,6 +963,17 @@ void register_conv_pool_ops(Registry& registry) {
                 .cpu = conv2d_backward_weight_kernel,
                 .differentiable = false,
                 .doc = "gradients of conv2d's weight and bias: (x, grad_y) -> grad_w, grad_b",
+                .uses_all_cores = true});
+  std::vector<AttrSpec> transpose_attrs = conv_attrs();
+  transpose_attrs.push_back({"output_padding", std::vector<int64_t>{0, 0}});
+  registry.add({.name = "conv_transpose2d",
+                .num_inputs = 3,
+                .attrs = std::move(transpose_attrs),
+                .infer = infer_conv_transpose2d,
+                .cpu = conv_transpose2d_kernel,
+                .gradient = conv_transpose2d_gradient,
+                .doc = "2-D transposed convolution (conv2d's adjoint, plus the bias): x [N, C, H, "
+                       "W], weight [C, O / groups, kH, kW], bias [O]",
                 .uses_all_cores = true});
   registry.add({.name = "max_pool2d",
                 .attrs = pool_attrs(),

@@ -2,9 +2,6 @@
 // each element (checked against a loop); bilinear is separable, so resizing
 // one axis at a time gives the same answer; gradients against central
 // differences; and an export with a free length follows it.
-#include <unistd.h>
-
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -18,6 +15,7 @@
 #include "serialization/model.h"
 #include "tests/eager/float64_values.h"
 #include "tests/error_of.h"
+#include "tests/serialization/test_util.h"
 
 namespace tandem {
 namespace {
@@ -94,9 +92,7 @@ TEST(Upsample, BadOptionsAreErrors) {
 // Verifies that a 1-D upsampling over a free length exports once and gives
 // the eager answers at other lengths (the output size is 2 * len).
 TEST(Upsample, ExportsWithAFreeLength) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / str_cat("tandem-upsample-", ::getpid())).string();
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir dir;
   manual_seed(3);
   nn::Sequential net(nn::Conv1d(2, 3, 3, 1, 1),
                      nn::Upsample({.scale_factor = {2}, .mode = "linear"}), nn::ReLU());
@@ -104,14 +100,13 @@ TEST(Upsample, ExportsWithAFreeLength) {
   net.hybridize();
   NoGradGuard no_grad;
   net(randn({2, 2, 6}));
-  net.export_model(dir + "/net", {.dynamic_dims = {{"input0", {{0, "batch"}, {2, "len"}}}}});
-  LoadedModel loaded = load(dir + "/net");
+  net.export_model(dir.file("net"), {.dynamic_dims = {{"input0", {{0, "batch"}, {2, "len"}}}}});
+  LoadedModel loaded = load(dir.file("net"));
   EXPECT_EQ(loaded.outputs()[0].shape_text(), "[batch, 3, 2*len]");
   for (int64_t length : {1, 6, 11}) {
     Tensor x = randn({3, 2, length});
     expect_near(values_of(loaded.run({x})[0]), values_of(net.forward(x)), 1e-5);
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

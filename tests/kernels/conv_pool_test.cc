@@ -248,6 +248,50 @@ OpTestCase pool_backward_row(std::string kind, std::string name, Shape x, PoolPa
   return row;
 }
 
+// The transposed convolution by its definition, a scatter: each x[n, c, i,
+// j] adds x * w[c, o', ky, kx] to y[n, group(c) * O/g + o', i s - p + ky d,
+// j s - p + kx d], on top of the bias.
+OpTestCase conv_transpose_row(std::string name, Shape x, Shape w, ConvParams p,
+                              std::vector<int64_t> output_padding) {
+  Attrs attrs = p.attrs();
+  attrs.set("output_padding", output_padding);
+  const int64_t out_channels = w[1] * p.groups;
+  return {.name = std::move(name),
+          .op = "conv_transpose2d",
+          .inputs = {random_tensor(x, 6), random_tensor(w, 7), random_tensor({out_channels}, 8)},
+          .attrs = attrs,
+          .reference = [p, output_padding](const Inputs& in) {
+            const Shape &xs = in[0].shape(), &ws = in[1].shape();
+            const std::vector<double> xv = values_of(in[0]), wv = values_of(in[1]),
+                                      bv = values_of(in[2]);
+            const int64_t n = xs[0], c = xs[1], og = ws[1], o = og * p.groups, cg = c / p.groups;
+            int64_t size[2];
+            for (int k = 0; k < 2; ++k) {
+              size[k] = (xs[k + 2] - 1) * p.stride[k] - 2 * p.padding[k] +
+                        p.dilation[k] * (ws[k + 2] - 1) + output_padding[k] + 1;
+            }
+            Shape out{n, o, size[0], size[1]};
+            std::vector<double> y(out.numel());
+            for (int64_t i = 0; i < out.numel(); ++i) y[i] = bv[(i / (size[0] * size[1])) % o];
+            for_each_index(xs, [&](const Index& at) {
+              for (int64_t oo = 0; oo < og; ++oo) {
+                for (int64_t ky = 0; ky < ws[2]; ++ky) {
+                  for (int64_t kx = 0; kx < ws[3]; ++kx) {
+                    const int64_t yy = at[2] * p.stride[0] - p.padding[0] + ky * p.dilation[0];
+                    const int64_t xx = at[3] * p.stride[1] - p.padding[1] + kx * p.dilation[1];
+                    if (yy < 0 || yy >= size[0] || xx < 0 || xx >= size[1]) continue;
+                    const int64_t oc = (at[1] / cg) * og + oo;
+                    y[((at[0] * o + oc) * size[0] + yy) * size[1] + xx] +=
+                        xv[((at[0] * c + at[1]) * xs[2] + at[2]) * xs[3] + at[3]] *
+                        wv[((at[1] * og + oo) * ws[2] + ky) * ws[3] + kx];
+                  }
+                }
+              }
+            });
+            return std::vector{result(y, out, in[0].dtype())};
+          }};
+}
+
 TANDEM_OP_TEST_ROWS(conv_pool) {
   std::vector<OpTestCase> rows;
   struct ConvCase {
@@ -268,6 +312,19 @@ TANDEM_OP_TEST_ROWS(conv_pool) {
     add_both(rows, conv_backward_data_row(c.name, c.x, c.w, c.p));
     add_both(rows, conv_backward_weight_row(c.name, c.x, c.w, c.p));
   }
+  // Transposed convolutions: x [N, C, H, W], weight [C, O / groups, kH, kW].
+  add_both(rows, conv_transpose_row("basic", {1, 2, 3, 3}, {2, 3, 3, 3}, {}, {0, 0}));
+  add_both(rows, conv_transpose_row("stride_output_padding", {2, 2, 3, 4}, {2, 2, 3, 2},
+                                    {.stride = {2, 3}, .padding = {1, 0}}, {1, 2}));
+  add_both(rows,
+           conv_transpose_row(
+               "dilation_groups", {1, 4, 3, 3}, {4, 1, 2, 2},
+               {.stride = {1, 2}, .padding = {1, 1}, .dilation = {2, 1}, .groups = 2}, {0, 1}));
+  rows.push_back(conv_transpose_row("large_f32", {2, 8, 6, 6}, {8, 16, 3, 3},
+                                    {.stride = {2, 2}, .padding = {1, 1}}, {1, 1}));
+  for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+  rows.back().tolerance = 1e-5;
+  rows.back().check_gradient = false;
   // Shapes where oneDNN picks an optimized kernel: backward data takes the
   // blocked layouts from half a block of channels (4 on AVX2, so both rows
   // there; 8 on AVX-512, the eight-channel rows), backward weights always
@@ -484,6 +541,23 @@ TEST(Conv2dTest, FusedActivationChecks) {
         conv2d.gradient({.inputs = in, .outputs = out, .grad_outputs = grad, .attrs = attrs});
       }),
       HasSubstr("fused activation is for inference graphs"));
+}
+
+// Verifies that conv_transpose2d checks its weight, output_padding and sizes.
+TEST(ConvPoolOpsTest, ConvTransposeErrors) {
+  Tensor x = random_tensor({1, 2, 3, 3}, 1);
+  auto error = [&](Shape w, Attrs attrs, int64_t bias = 3) {
+    return error_of([&] {
+      call("conv_transpose2d", {x, random_tensor(w, 2), random_tensor({bias}, 3)}, attrs);
+    });
+  };
+  EXPECT_THAT(error({3, 3, 2, 2}, {}),
+              HasSubstr("weight must be [in_channels = 2, out_channels / groups, kH, kW]"));
+  EXPECT_THAT(error({2, 3, 2, 2}, {{"output_padding", std::vector<int64_t>{1, 0}}}),
+              HasSubstr("output_padding [1, 0] must be below the stride [1, 1]"));
+  EXPECT_THAT(error({2, 3, 2, 2}, {{"padding", std::vector<int64_t>{3, 0}}}),
+              HasSubstr("gives output size -2 on axis 2; it must be at least 1"));
+  EXPECT_THAT(error({2, 3, 2, 2}, {}, 4), HasSubstr("bias must be [3], got shape [4]"));
 }
 
 }  // namespace
