@@ -210,6 +210,27 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
                      spec.bias ? "" : ", /*bias=*/false", ")");
       break;
     }
+    case LayerKind::kConvTranspose2d: {
+      TANDEM_CHECK(rank == 4, "ConvTranspose2d needs [N, C, H, W]");
+      const int64_t groups =
+          channels % spec.groups == 0 && spec.out % spec.groups == 0 ? spec.groups : 1;
+      module = std::make_shared<nn::ConvTranspose2d>(
+          nn::ConvTranspose2dOptions{channels, spec.out, spec.kernel, spec.stride, spec.padding,
+                                     spec.axes, groups, spec.bias, spec.dilation, dtype});
+      code = str_cat("nn::ConvTranspose2d(", channels, ", ", spec.out, ", ", spec.kernel,
+                     ", /*stride=*/", spec.stride, ", /*padding=*/", spec.padding,
+                     ", /*output_padding=*/", spec.axes, ", /*groups=*/", groups, ", /*bias=*/",
+                     spec.bias ? "true" : "false", ", /*dilation=*/", spec.dilation, ")");
+      break;
+    }
+    case LayerKind::kUpsample: {
+      TANDEM_CHECK(rank == 3 || rank == 4, "Upsample needs [N, C, L] or [N, C, H, W]");
+      module = std::make_shared<nn::Upsample>(nn::UpsampleOptions{
+          .scale_factor = {spec.value}, .mode = spec.activation, .align_corners = spec.causal});
+      code = str_cat("nn::Upsample({.scale_factor = {", spec.value, "}, .mode = \"",
+                     spec.activation, "\"", spec.causal ? ", .align_corners = true" : "", "})");
+      break;
+    }
     case LayerKind::kBatchNorm: {
       TANDEM_CHECK(rank >= 2 && rank <= 4, "batch norm needs rank 2, 3 or 4");
       std::shared_ptr<nn::BatchNorm> norm;
@@ -545,6 +566,15 @@ LayerSpec random_recurrent_layer(Draw& draw) {
   return layer;
 }
 
+LayerSpec random_upsample(Draw& draw) {
+  LayerSpec layer;
+  layer.kind = LayerKind::kUpsample;
+  layer.value = draw.one_of({2.0, 1.5});
+  layer.activation = draw.chance(0.5) ? "nearest" : "linear";
+  layer.causal = layer.activation == "linear" && draw.chance(0.5);
+  return layer;
+}
+
 LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
   const int rank = in.rank();
   LayerSpec layer;
@@ -554,7 +584,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
     switch (choice) {
       case 0:
       case 1:
-        layer.kind = LayerKind::kConv2d;
+        layer.kind = draw.chance(0.25) ? LayerKind::kConvTranspose2d : LayerKind::kConv2d;
         layer.out = draw.in(1, 6);
         layer.kernel = draw.in(1, 3);
         layer.stride = draw.in(1, 2);
@@ -562,6 +592,8 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
         layer.dilation = draw.chance(0.25) ? 2 : 1;
         layer.groups = draw.chance(0.25) ? draw.in(2, 3) : 1;
         layer.bias = draw.chance(0.8);
+        // Below the stride (and 0 at stride 1).
+        if (layer.kind == LayerKind::kConvTranspose2d) layer.axes = draw.in(0, layer.stride - 1);
         return layer;
       case 2:
       case 3:
@@ -571,6 +603,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
         layer.padding = draw.in(0, layer.kernel / 2);
         return layer;
       default:
+        if (draw.chance(0.25)) return random_upsample(draw);
         if (draw.chance(0.5)) {
           layer.kind = LayerKind::kAdaptiveAvgPool2d;
           layer.axes = draw.in(1, std::min<int64_t>(3, std::min(in[2], in[3])));
@@ -630,6 +663,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
         layer.bias = draw.chance(0.8);
         return layer;
       }
+      if (rank == 3 && draw.chance(0.3)) return random_upsample(draw);
       layer.kind = LayerKind::kSigmoid;
       return layer;
     case 11:

@@ -47,6 +47,8 @@ enum class LayerKind {
   kTransformerEncoderLayer,  // On [N, seq, features]; heads divide the features.
   kRecurrent,                // RNN, LSTM or GRU (LayerSpec::activation) on [N, seq, features].
   kConv1d,                   // On [N, C, L].
+  kConvTranspose2d,          // On [N, C, H, W].
+  kUpsample,                 // On [N, C, L] or [N, C, H, W].
 };
 
 struct LayerSpec {
@@ -68,8 +70,11 @@ struct LayerSpec {
   int64_t num_layers = 1;                   // Recurrent.
   bool bidirectional = false;               // Recurrent.
   // LayerNorm: how many trailing axes it normalizes; AdaptiveAvgPool2d: the
-  // output size; Flatten: the first axis flattened.
+  // output size; Flatten: the first axis flattened; ConvTranspose2d: its
+  // output_padding.
   int64_t axes = 1;
+  // Upsample: the scale factor (value), mode (activation: "nearest" or
+  // "linear") and align_corners (causal).
   std::vector<LayerSpec> children;  // Sequential, Residual.
 };
 
