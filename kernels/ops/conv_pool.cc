@@ -410,8 +410,11 @@ TensorMetas infer_conv_transpose2d(absl::Span<const TensorMeta> in, const Attrs&
     auto what = [&] { return x.to_string(); };
     const int64_t swept = checked_mul(x[k + 2] - 1, stride[k], "the strided input of ", what);
     const int64_t extent = dilated(w[k + 2], dilation[k], "kernel");
+    // Padding is cut from the output: a difference of non-negative sums,
+    // which cannot overflow.
     const int64_t size = checked_add(checked_add(swept, extent, "the output of ", what),
-                                     output_padding[k] - 2 * padding[k], "the output of ", what);
+                                     output_padding[k], "the output of ", what) -
+                         checked_mul(2, padding[k], "twice the padding ", padding[k]);
     TANDEM_CHECK(x[k + 2] >= 1 && size >= 1, "the transposed convolution of x of shape ",
                  x.to_string(), " gives output size ", size, " on axis ", k + 2,
                  "; it must be at least 1");
