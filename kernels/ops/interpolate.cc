@@ -130,9 +130,9 @@ template <bool kAdjoint>
 void resample(const Attrs& attrs, const Tensor& src, const Tensor& dst) {
   const Shape& input = kAdjoint ? dst.shape() : src.shape();
   const Shape& output = kAdjoint ? src.shape() : dst.shape();
-  const Taps taps(attrs, input.dims().subspan(2), output.dims().subspan(2));
   const int64_t planes = input[0] * input[1];
-  if (planes == 0) return;
+  if (planes == 0) return;  // Before the taps: an empty batch may name any size.
+  const Taps taps(attrs, input.dims().subspan(2), output.dims().subspan(2));
   const int64_t src_plane = src.numel() / planes, dst_plane = dst.numel() / planes;
   visit_floating(src.dtype(), [&]<class T>() {
     std::vector<double> sum(static_cast<size_t>(dst_plane));
