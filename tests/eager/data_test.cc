@@ -30,6 +30,7 @@
 #include "eager/data/idx.h"
 #include "tests/error_of.h"
 #include "tests/scoped_env.h"
+#include "tests/serialization/test_util.h"
 
 namespace tandem::data {
 namespace {
@@ -223,10 +224,8 @@ TEST(ReadIdxBadFileTest, MissingPackageFileSuggestsInstall) {
 
 // Verifies that directories and FIFOs are refused (a FIFO must not hang).
 TEST(ReadIdxBadFileTest, NotARegularFile) {
-  std::string dir = temp_path("dir");
-  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
-  expect_idx_error(dir, {"not a regular file", "directory"});
-  ::rmdir(dir.c_str());
+  const tandem::testing::ScratchDir scratch;
+  expect_idx_error(scratch.path().string(), {"not a regular file", "directory"});
 
   std::string fifo = temp_path("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
@@ -384,8 +383,10 @@ TEST(FashionMnistTest, DirDefaultAndOverride) {
 // Verifies loading from an overridden folder of small unpacked files, and the
 // checks on the pair of files.
 TEST(FashionMnistTest, LoadsFromOverrideAndChecksFiles) {
-  std::string dir = temp_path("fm");
-  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  // A folder of its own, emptied first and removed after: pids repeat, and a
+  // folder a killed run left behind must not fail the next one.
+  const tandem::testing::ScratchDir scratch;
+  const std::string dir = scratch.path().string();
   ScopedEnv env("TANDEM_FASHION_MNIST_DIR", dir);
   auto write = [&](const std::string& name, const Bytes& bytes) {
     std::ofstream out(dir + "/" + name, std::ios::binary | std::ios::trunc);
