@@ -75,8 +75,6 @@ void check_same_dtype(const TensorMeta& x, const TensorMeta& src, const char* sr
                src_name, " is ", dtype_name(src.dtype));
 }
 
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
-
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
 void copy_into(const Tensor& out, const Tensor& x) {

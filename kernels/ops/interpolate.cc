@@ -31,8 +31,6 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-std::string ints_to_string(const Ints& ints) { return attr_to_string(AttrValue(ints)); }
-
 // `shape` ([N, C, spatial...]) with its spatial axes set to `spatial`,
 // after checking both; `what` names the attribute.
 Shape resized(const Shape& shape, const Ints& spatial, const Attrs& attrs, const char* what) {

@@ -20,6 +20,14 @@ Tensor zeros(const Shape& shape, DType dtype, Device device, std::source_locatio
                       fallback);
 }
 
+Tensor zeros_like(const Tensor& t, std::source_location fallback) {
+  return zeros(t.shape(), t.dtype(), t.device(), fallback);
+}
+
+std::string ints_to_string(const std::vector<int64_t>& ints) {
+  return attr_to_string(AttrValue(ints));
+}
+
 AttrSpec required(std::string name, AttrValue type) {
   return {.name = std::move(name), .default_value = std::move(type), .required = true};
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <source_location>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -50,6 +51,12 @@ inline std::vector<Tensor> nested_call(
 // like any op.
 Tensor zeros(const Shape& shape, DType dtype, Device device,
              std::source_location fallback = std::source_location::current());
+
+// Zeros of t's shape, dtype and device (a gradient's starting point).
+Tensor zeros_like(const Tensor& t, std::source_location fallback = std::source_location::current());
+
+// "[1, 2, 3]", for messages about int-list attributes.
+std::string ints_to_string(const std::vector<int64_t>& ints);
 
 // Schema entries: an attribute the call must give (`type` says its type),
 // and one with a default.

@@ -41,8 +41,6 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-std::string ints_to_string(const Ints& ints) { return attr_to_string(AttrValue(ints)); }
-
 // The padded shape of `shape`, with pads and mode checked against it.
 Shape padded_shape(const Shape& shape, const Ints& pads, PadMode mode) {
   TANDEM_CHECK(static_cast<int>(pads.size()) == 2 * shape.rank(), "pads ", ints_to_string(pads),

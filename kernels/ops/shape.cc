@@ -35,8 +35,6 @@ int64_t inner_size(const Shape& shape, int axis) { return product(shape.dims().s
 
 Ints dims_of(const Shape& shape) { return Ints(shape.begin(), shape.end()); }
 
-std::string ints_to_string(const Ints& ints) { return attr_to_string(AttrValue(ints)); }
-
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
 // The whole input, unchanged, into the output (reshape, flatten).
@@ -312,8 +310,6 @@ void split_kernel(const KernelContext& c) {
   move_chunks(c.inputs[0], c.outputs, axis, c.attrs.get_ints("sizes"), inner_size(shape, axis),
               /*gather=*/false);
 }
-
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 
 // Outputs without a gradient contribute zeros.
 std::vector<Tensor> split_gradient(const GradContext& c) {

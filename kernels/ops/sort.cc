@@ -111,8 +111,7 @@ void topk_kernel(const KernelContext& c) {
 std::vector<Tensor> order_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
   if (!c.grad_outputs[0].defined()) return {Tensor()};
-  return {nested_call1(scatter_add_op(),
-                       {zeros(x.shape(), x.dtype(), x.device()), c.outputs[1], c.grad_outputs[0]},
+  return {nested_call1(scatter_add_op(), {zeros_like(x), c.outputs[1], c.grad_outputs[0]},
                        {{"axis", c.attrs.get_int("axis")}})};
 }
 
