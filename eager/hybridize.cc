@@ -684,11 +684,14 @@ std::vector<Tensor> HybridFunction::Impl::replay(CachedGraph& graph,
     }
   }
   // Random nodes draw fresh seeds; a backward graph reuses this call's.
+  // Nodes traced with one seed drew the same numbers when traced (a fused
+  // attention and the backward that redraws its dropout), so they share
+  // one fresh seed, drawn once, as the eager call drew it once.
   auto seeds = std::make_shared<absl::flat_hash_map<int64_t, int64_t>>();
   std::vector<Tensor> outputs = graph.executor->run(call_inputs, [&seeds](int64_t traced) {
-    const auto fresh = static_cast<int64_t>(next_seed());
-    (*seeds)[traced] = fresh;
-    return fresh;
+    const auto [it, first] = seeds->try_emplace(traced, 0);
+    if (first) it->second = static_cast<int64_t>(next_seed());
+    return it->second;
   });
   for (const trace::StateWrite& write : graph.state_writes) {
     write.target.assign_(outputs[static_cast<size_t>(write.output)]);

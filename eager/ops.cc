@@ -371,6 +371,19 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                                     {"groups", groups}},
                                    where);
 }
+Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                       const Tensor& mask, bool causal, double scale, double dropout_p,
+                       Location where) {
+  std::vector<Tensor> inputs = {query, key, value};
+  if (mask.defined()) inputs.push_back(mask);
+  // A seed whether or not dropout draws: a hybridized replay gives every
+  // random op a fresh one (trace/executor.h), and eager calls must take as
+  // many from the generator for the ops after them to see the same seeds.
+  const auto seed = static_cast<int64_t>(next_seed());
+  return kernels::call(
+      "scaled_dot_product_attention", inputs,
+      {{"scale", scale}, {"causal", causal}, {"dropout_p", dropout_p}, {"seed", seed}}, where)[0];
+}
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   Location where) {
   return call1<"max_pool2d">({x}, pool_attrs(kernel, stride, padding), where);

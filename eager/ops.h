@@ -330,6 +330,17 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const Dims& stride = {1, 1}, const Dims& padding = {0, 0},
                         const Dims& output_padding = {0, 0}, int64_t groups = 1,
                         const Dims& dilation = {1, 1}, TANDEM_HERE);
+// softmax(q k^T * scale + mask) v, with dropout on the weights, in one
+// blocked kernel that keeps no [L, S] weights for the backward: the op
+// behind nn::scaled_dot_product_attention, which checks its arguments the
+// way torch does and calls this where it applies (call that one). query
+// [..., L, E], key [..., S, E], value [..., S, Ev] share their leading axes;
+// mask is undefined, or has query's rank with each axis 1 or the scores'
+// ([..., L, S]): bool (true: may attend) or of query's dtype (added);
+// causal keeps key j <= query i. float32 and float64.
+Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                       const Tensor& mask, bool causal, double scale, double dropout_p,
+                       TANDEM_HERE);
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
                   const Dims& padding = {0, 0}, TANDEM_HERE);
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},

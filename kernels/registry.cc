@@ -31,6 +31,7 @@ const Registry& Registry::global() {
     register_sort_ops(*r);
     register_padding_ops(*r);
     register_interpolate_ops(*r);
+    register_attention_ops(*r);
 #ifdef TANDEM_WITH_CUDA
     register_cuda_kernels(*r);  // After the ops whose slots it fills.
 #endif

@@ -8,6 +8,7 @@
 #include "eager/composite_ops.h"
 #include "eager/nn/init.h"
 #include "eager/ops.h"
+#include "kernels/attention.h"
 
 namespace tandem::nn {
 namespace {
@@ -25,6 +26,44 @@ Dims swap_last_two(int rank) {
 // `scores` where `allowed` is true, -inf elsewhere.
 Tensor keep_allowed(const Tensor& scores, const Tensor& allowed, std::source_location site) {
   return where(allowed, scores, full({}, -kInfinity, scores.dtype(), scores.device(), site), site);
+}
+
+// Whether the fused kernel (fused_attention) computes this call: query, key
+// and value of one floating dtype and rank, sharing their leading axes, and
+// a mask that broadcasts along them and needs no gradient (the kernel gives
+// it none). Other calls take the composition of ops.
+bool fusable(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& mask) {
+  const DType dtype = query.dtype();
+  if ((dtype != DType::kFloat32 && dtype != DType::kFloat64) || key.dtype() != dtype ||
+      value.dtype() != dtype) {
+    return false;
+  }
+  const int rank = query.rank();
+  if (key.rank() != rank || value.rank() != rank ||
+      rank - 2 > kernels::AttentionGeometry::kMaxLeadingAxes) {
+    return false;
+  }
+  for (int axis = 0; axis + 2 < rank; ++axis) {
+    if (key.shape()[axis] != query.shape()[axis] || value.shape()[axis] != query.shape()[axis]) {
+      return false;
+    }
+  }
+  if (!mask.defined()) return true;
+  if (mask.rank() > rank || (mask.dtype() != DType::kBool && mask.requires_grad())) return false;
+  const int missing = rank - mask.rank();
+  for (int axis = missing; axis + 2 < rank; ++axis) {
+    const int64_t size = mask.shape()[axis - missing];
+    if (size != 1 && size != query.shape()[axis]) return false;
+  }
+  return true;
+}
+
+// `mask` with axes of size 1 in front, up to `rank`.
+Tensor with_rank(const Tensor& mask, int rank, std::source_location site) {
+  if (mask.rank() == rank) return mask;
+  Dims dims(static_cast<size_t>(rank - mask.rank()), 1);
+  dims.insert(dims.end(), mask.shape().begin(), mask.shape().end());
+  return reshape(mask, dims, site);
 }
 
 }  // namespace
@@ -64,6 +103,12 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                  dtype_name(attn_mask.dtype()));
   }
   const double factor = scale.value_or(1 / std::sqrt(static_cast<double>(query.shape().dim(-1))));
+  if (fusable(query, key, value, attn_mask)) {
+    return fused_attention(
+        query, key, value,
+        attn_mask.defined() ? with_rank(attn_mask, query.rank(), site) : attn_mask, is_causal,
+        factor, dropout_p, site);
+  }
   // Scaling the query costs L x E multiplications, the scores L x S.
   Tensor scores =
       matmul(mul(query, factor, site), transpose(key, swap_last_two(key.rank()), site), site);

@@ -20,5 +20,6 @@ void register_scan_cuda_kernels(Registry& registry);          // scan.cu
 void register_sort_cuda_kernels(Registry& registry);          // sort.cu
 void register_padding_cuda_kernels(Registry& registry);       // padding.cu
 void register_interpolate_cuda_kernels(Registry& registry);   // interpolate.cu
+void register_attention_cuda_kernels(Registry& registry);     // attention.cu
 
 }  // namespace tandem::kernels

@@ -18,6 +18,7 @@ void register_cuda_kernels(Registry& registry) {
   register_sort_cuda_kernels(registry);
   register_padding_cuda_kernels(registry);
   register_interpolate_cuda_kernels(registry);
+  register_attention_cuda_kernels(registry);
 }
 
 }  // namespace tandem::kernels

@@ -146,6 +146,69 @@ TEST(ScaledDotProductAttention, GradientsMatchCentralDifferences) {
   }
 }
 
+// The op that made `y` ("matmul" for the composition of ops).
+std::string made_by(const Tensor& y) { return y.impl_ptr()->autograd->grad_fn->display_name(); }
+
+// The fused kernel (several blocks of queries, causal, key padding, float32)
+// against the composition of ops, which a mask that requires a gradient
+// selects: the same outputs and gradients, and the float mask's gradient.
+TEST(ScaledDotProductAttention, FusedKernelMatchesTheComposition) {
+  manual_seed(7);
+  Tensor q = randn({2, 3, 150, 16}), k = randn({2, 3, 300, 16}), v = randn({2, 3, 300, 8});
+  std::vector<bool> keep(600, true);
+  for (int64_t j = 280; j < 300; ++j) keep[300 + j] = false;  // Batch 1's last 20 keys.
+  Tensor allowed = Tensor::from_vector(keep, {2, 1, 1, 300});
+  Tensor added = where(allowed, full({}, 0.0), full({}, -INFINITY));
+  Tensor cotangent = randn({2, 3, 150, 8});
+  const auto run = [&](const Tensor& mask) {
+    std::vector<Tensor> leaves = {add(q, 0.0).requires_grad_(), add(k, 0.0).requires_grad_(),
+                                  add(v, 0.0).requires_grad_()};
+    Tensor y = nn::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], mask, 0, true);
+    const std::string op = made_by(y);
+    sum(mul(y, cotangent)).backward();
+    std::vector<Values> result = {values_of(y)};
+    for (const Tensor& leaf : leaves) result.push_back(values_of(leaf.grad()));
+    return std::make_pair(op, result);
+  };
+  const auto [fused_op, fused] = run(allowed);
+  Tensor learnable = add(added, 0.0).requires_grad_();
+  const auto [composed_op, composed] = run(learnable);
+  EXPECT_EQ(fused_op, "scaled_dot_product_attention");
+  EXPECT_EQ(composed_op, "matmul");
+  for (size_t k = 0; k < fused.size(); ++k) {
+    SCOPED_TRACE(k == 0 ? "output" : "gradient of input " + std::to_string(k - 1));
+    expect_near(fused[k], composed[k], 2e-5);
+  }
+  EXPECT_TRUE(learnable.grad().defined());
+}
+
+// Dropout inside the kernel: each weight is kept with probability 1 - p and
+// scaled by 1 / (1 - p), so with equal scores and unit values every output
+// is the mean of S draws of that factor; the gradient of q is then exactly
+// zero (equal scores stay equal) and v's sums the kept factors.
+TEST(ScaledDotProductAttention, DropoutKeepsTheRateAndItsMaskInTheBackward) {
+  manual_seed(8);
+  const double p = 0.25;
+  Tensor q = zeros({4, 64, 8}).requires_grad_(), k = zeros({4, 512, 8});
+  Tensor v = ones({4, 512, 1}).requires_grad_();
+  Tensor y = nn::scaled_dot_product_attention(q, k, v, {}, p);
+  EXPECT_EQ(made_by(y), "scaled_dot_product_attention");
+  Values out = values_of(y);
+  double mean = 0;
+  for (double o : out) mean += o / static_cast<double>(out.size());
+  // Each output averages 512 factors of mean 1 and variance p / (1 - p).
+  EXPECT_NEAR(mean, 1.0, 6 * std::sqrt(p / (1 - p) / (512.0 * 256)));
+  sum(y).backward();
+  EXPECT_THAT(values_of(q.grad()), ::testing::Each(::testing::DoubleNear(0, 1e-6)));
+  // dv[j] = sum over queries of the weight 1/512 times the factor, so the
+  // total is the sum of every output.
+  double total = 0;
+  for (double g : values_of(v.grad())) total += g;
+  EXPECT_NEAR(total, mean * static_cast<double>(out.size()), 1e-2);
+  // Another call draws another mask.
+  EXPECT_NE(values_of(nn::scaled_dot_product_attention(q, k, v, {}, p)), out);
+}
+
 TEST(ScaledDotProductAttention, RefusesShapesThatDoNotFit) {
   Tensor q = randn({2, 4, 3}), k = randn({2, 6, 3}), v = randn({2, 6, 2});
   EXPECT_THAT(error_of([&] {

@@ -1,0 +1,512 @@
+// scaled_dot_product_attention(q, k, v, mask?) -> (out, lse) and its
+// backward, in blocks of queries (Note [Fused attention] in
+// kernels/attention.h). Each block's scores come from one GEMM, their
+// softmax is taken in place, and one more GEMM applies them to the values;
+// the backward recomputes the block's weights from lse and runs the five
+// GEMMs of the gradient. float32 GEMMs are oneDNN's sgemm (single-threaded
+// inside the blocks' parallel loop), float64 ones plain loops (the path the
+// finite-difference checks use).
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "kernels/cpu/dtype_visit.h"
+#include "kernels/cpu/onednn.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/ops/families.h"
+#include "kernels/ops/op_helpers.h"
+#include "kernels/registry.h"
+
+namespace tandem::kernels {
+
+AttentionGeometry attention_geometry(const Shape& q, const Shape& k, const Shape& v,
+                                     const Shape* mask, DType mask_dtype, const Attrs& attrs) {
+  const auto shapes = [&] {
+    return str_cat("query ", q.to_string(), ", key ", k.to_string(), " and value ", v.to_string());
+  };
+  TANDEM_CHECK(q.rank() >= 2 && k.rank() == q.rank() && v.rank() == q.rank(),
+               "query, key and value need one rank, at least 2 ([..., sequence, features]), "
+               "got ",
+               shapes());
+  const int lead = q.rank() - 2;
+  TANDEM_CHECK(lead <= AttentionGeometry::kMaxLeadingAxes, "at most ",
+               AttentionGeometry::kMaxLeadingAxes, " axes may lead [sequence, features], got ",
+               shapes());
+  AttentionGeometry g;
+  g.leading_axes = lead;
+  for (int a = 0; a < lead; ++a) {
+    TANDEM_CHECK(k[a] == q[a] && v[a] == q[a],
+                 "query, key and value must share the axes before [sequence, features], got ",
+                 shapes());
+    g.leading[a] = q[a];
+    g.batch = checked_mul(g.batch, q[a], "the batch of ", shapes());
+  }
+  g.queries = q[lead];
+  g.keys = k[lead];
+  g.features = q[lead + 1];
+  g.value_features = v[lead + 1];
+  TANDEM_CHECK(k[lead + 1] == g.features,
+               "query and key must have the same features (last axis), got ", shapes());
+  TANDEM_CHECK(v[lead] == g.keys,
+               "key and value must have the same sequence length (axis -2), got ", shapes());
+  // Dropout numbers the weights [batch, L, S] (AttentionGeometry::dropout_factor).
+  checked_mul(checked_mul(g.batch, g.queries, "the attention weights of ", shapes()), g.keys,
+              "the attention weights of ", shapes());
+  g.scale = attrs.get_float("scale");
+  TANDEM_CHECK(std::isfinite(g.scale), "scale must be finite, got ", g.scale);
+  g.causal = attrs.get_bool("causal");
+  g.dropout_p = attrs.get_float("dropout_p");
+  TANDEM_CHECK(g.dropout_p >= 0 && g.dropout_p < 1, "dropout_p must be in [0, 1), got ",
+               g.dropout_p);
+  g.seed = attrs.get_int("seed");
+  if (mask == nullptr) return g;
+
+  const Shape& m = *mask;
+  const auto broadcasts = [](int64_t size, int64_t to) { return size == 1 || size == to; };
+  bool fits =
+      m.rank() == q.rank() && broadcasts(m[lead], g.queries) && broadcasts(m[lead + 1], g.keys);
+  for (int a = 0; fits && a < lead; ++a) fits = broadcasts(m[a], q[a]);
+  TANDEM_CHECK(fits, "the mask ", m.to_string(),
+               " must have the query's rank and each axis 1 or the scores' [..., L = ", g.queries,
+               ", S = ", g.keys, "], for ", shapes());
+  g.mask = mask_dtype == DType::kBool ? AttentionMask::kAllowed : AttentionMask::kAdded;
+  // Row-major strides, 0 along the axes the mask broadcasts.
+  int64_t stride = 1;
+  for (int a = m.rank() - 1; a >= 0; --a) {
+    const int64_t along = m[a] == 1 ? 0 : stride;
+    if (a == lead + 1) {
+      g.mask_key_stride = along;
+    } else if (a == lead) {
+      g.mask_query_stride = along;
+    } else {
+      g.mask_leading_stride[a] = along;
+    }
+    stride *= m[a];
+  }
+  return g;
+}
+
+AttentionGeometry attention_geometry(const KernelContext& call, size_t mask_input) {
+  const Tensor* mask = call.inputs.size() > mask_input ? &call.inputs[mask_input] : nullptr;
+  return attention_geometry(call.inputs[0].shape(), call.inputs[1].shape(), call.inputs[2].shape(),
+                            mask == nullptr ? nullptr : &mask->shape(),
+                            mask == nullptr ? DType::kBool : mask->dtype(), call.attrs);
+}
+
+namespace {
+
+// The shared checks of both ops' inference: dtypes, then the geometry.
+AttentionGeometry checked_geometry(absl::Span<const TensorMeta> qkv, const TensorMeta* mask,
+                                   const Attrs& attrs) {
+  check_floating("query", qkv[0].dtype);
+  TANDEM_CHECK(qkv[1].dtype == qkv[0].dtype && qkv[2].dtype == qkv[0].dtype,
+               "query, key and value must share one dtype, got ", dtype_name(qkv[0].dtype), ", ",
+               dtype_name(qkv[1].dtype), " and ", dtype_name(qkv[2].dtype));
+  if (mask != nullptr) {
+    TANDEM_CHECK(mask->dtype == DType::kBool || mask->dtype == qkv[0].dtype,
+                 "the mask must be bool (true: may attend) or ", dtype_name(qkv[0].dtype),
+                 " (added to the scores), got ", dtype_name(mask->dtype));
+  }
+  return attention_geometry(qkv[0].shape, qkv[1].shape, qkv[2].shape,
+                            mask == nullptr ? nullptr : &mask->shape,
+                            mask == nullptr ? DType::kBool : mask->dtype, attrs);
+}
+
+// The forward's outputs: out [..., L, Ev] and lse [..., L].
+TensorMetas attention_outputs(const Shape& query, const AttentionGeometry& g, DType dtype) {
+  Shape::Dims out(query.begin(), query.end());
+  out.back() = g.value_features;
+  Shape::Dims lse(query.begin(), query.end() - 1);
+  return {{Shape(out), dtype}, {Shape(lse), dtype}};
+}
+
+// (query, key, value[, mask]) -> (out, lse).
+TensorMetas infer_attention(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  TANDEM_CHECK(in.size() == 3 || in.size() == 4,
+               "takes query, key, value and an optional mask, got ", in.size(), " inputs");
+  const AttentionGeometry g =
+      checked_geometry(in.subspan(0, 3), in.size() == 4 ? &in[3] : nullptr, attrs);
+  return attention_outputs(in[0].shape, g, in[0].dtype);
+}
+
+// (query, key, value, out, lse, grad_out, grad_lse[, mask]) -> the gradients
+// of query, key and value.
+TensorMetas infer_attention_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  TANDEM_CHECK(in.size() == 7 || in.size() == 8,
+               "takes query, key, value, out, lse, their two gradients and an optional mask, "
+               "got ",
+               in.size(), " inputs");
+  const AttentionGeometry g =
+      checked_geometry(in.subspan(0, 3), in.size() == 8 ? &in[7] : nullptr, attrs);
+  const TensorMetas forward = attention_outputs(in[0].shape, g, in[0].dtype);
+  const char* names[] = {"out", "lse", "the gradient of out", "the gradient of lse"};
+  for (int k = 0; k < 4; ++k) {
+    const TensorMeta& got = in[3 + k];
+    const TensorMeta& want = forward[k % 2];
+    TANDEM_CHECK(got.shape == want.shape && got.dtype == want.dtype, names[k], " must be ",
+                 dtype_name(want.dtype), " ", want.shape.to_string(), ", got ",
+                 dtype_name(got.dtype), " ", got.shape.to_string());
+  }
+  return {in[0], in[1], in[2]};
+}
+
+// C = alpha op(A) op(B) + beta C over row-major matrices, op transposing
+// where its flag says; C is not read where beta is 0.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const dnnl_status_t status =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  TANDEM_CHECK(status == dnnl_success, "oneDNN's sgemm failed (status ", static_cast<int>(status),
+               ") for a ", m, "x", k, " by ", k, "x", n, " product");
+}
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        sum += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+      }
+      double& out = c[i * ldc + j];
+      out = alpha * sum + (beta == 0 ? 0 : beta * out);
+    }
+  }
+}
+
+// e^x for the weights, in float32: 2^n e^r with n = round(x / ln 2) and r
+// in [-ln 2 / 2, ln 2 / 2], e^r from Cephes' expf polynomial (within 2
+// ulp). Branch-free, so that GCC vectorizes the loops that call it, where
+// libm's expf is a call per element. 0 below -87 (-inf included), NaN
+// stays NaN; the arguments here are never above 0 but by rounding.
+inline float exp_weight(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer.
+  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
+  const float shifted = clamped * kLog2e + kRound;  // n sits in its low bits.
+  const float n = shifted - kRound;
+  const float r = clamped - n * kLn2High - n * kLn2Low;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  // 2^n from n's bits, in unsigned arithmetic: no float-to-int conversion,
+  // which would be undefined for NaN.
+  const uint32_t n_bits = std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRound);
+  const float two_to_n = std::bit_cast<float>((n_bits + 127u) << 23);
+  return x < -87.0f ? 0.0f : p * two_to_n;
+}
+inline double exp_weight(double x) { return std::exp(x); }
+
+// Note [Row passes in two builds]
+// Besides its GEMMs, the kernel passes over every weight a few times (the
+// maximum, the exponentials, the sum, the softmax's gradient). These passes
+// are compiled twice, for the build's SSE2 baseline and for AVX2 with FMA
+// (x86-64-v3), and the loader picks the one the CPU runs (GCC's
+// target_clones). On the 2-core AVX2 development machine the forward and
+// backward at [8, 8, 512, 64] took 110 ms with the SSE2 passes, 91 with the
+// AVX2 ones (bench_sequence --child attention --seq 512).
+#define TANDEM_ROW_PASS __attribute__((target_clones("arch=x86-64-v3", "default")))
+
+// row[j] = exp_weight(row[j] - shift) for j < n.
+template <class T>
+TANDEM_ROW_PASS void exp_row(T* row, int64_t n, T shift) {
+  for (int64_t j = 0; j < n; ++j) row[j] = exp_weight(row[j] - shift);
+}
+
+// The softmax of row[0, n), in place, in four independent lanes for the
+// maximum and the sum so that they overlap; returns the row's logsumexp.
+template <class T>
+TANDEM_ROW_PASS T softmax_row(T* row, int64_t n) {
+  constexpr T kLow = -std::numeric_limits<T>::infinity();
+  T top[4] = {kLow, kLow, kLow, kLow};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    for (int l = 0; l < 4; ++l) top[l] = std::max(top[l], row[j + l]);
+  }
+  for (; j < n; ++j) top[0] = std::max(top[0], row[j]);
+  const T shift = std::max(std::max(top[0], top[1]), std::max(top[2], top[3]));
+  for (j = 0; j < n; ++j) row[j] = exp_weight(row[j] - shift);
+  T lane[4] = {};
+  for (j = 0; j + 4 <= n; j += 4) {
+    for (int l = 0; l < 4; ++l) lane[l] += row[j + l];
+  }
+  for (; j < n; ++j) lane[0] += row[j];
+  const T sum = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  const T inverse = 1 / sum;
+  for (j = 0; j < n; ++j) row[j] *= inverse;
+  return shift + std::log(sum);
+}
+
+// The gradient of the scores from the weights' (Note [Fused attention
+// backward]): ds[j] = p[j] * (ds[j] - d), in place.
+template <class T>
+TANDEM_ROW_PASS void softmax_gradient_row(T* ds, const T* p, int64_t n, T d) {
+  for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - d);
+}
+
+// The tensors of one call, as pointers to their elements.
+template <class T>
+struct AttentionData {
+  const T* q;
+  const T* k;
+  const T* v;
+  const Tensor* mask;  // Null when there is none.
+  const AttentionGeometry& g;
+
+  // Row i of leading index b, n keys wide, hidden where the query may not
+  // attend (-inf) and the mask added where it is added. Keys from n on
+  // are not touched.
+  void mask_scores(int64_t b, int64_t i, T* row, int64_t n) const {
+    constexpr T kHidden = -std::numeric_limits<T>::infinity();
+    const int64_t visible = std::min(n, g.visible_keys(i));
+    std::fill(row + visible, row + n, kHidden);
+    if (g.mask == AttentionMask::kNone) return;
+    const int64_t at = g.mask_row(b, i), step = g.mask_key_stride;
+    if (g.mask == AttentionMask::kAllowed) {
+      const bool* allowed = mask->data<bool>() + at;
+      for (int64_t j = 0; j < visible; ++j) {
+        if (!allowed[j * step]) row[j] = kHidden;
+      }
+    } else {
+      const T* added = mask->data<T>() + at;
+      for (int64_t j = 0; j < visible; ++j) row[j] += added[j * step];
+    }
+  }
+
+  // scores[r, j] = scale * q_(i0 + r) . k_j + the mask, for `rows` queries
+  // from i0 and n keys from 0.
+  void scores(int64_t b, int64_t i0, int64_t rows, int64_t n, T* out) const {
+    const int64_t e = g.features;
+    gemm(false, true, rows, n, e, static_cast<T>(g.scale), q + (b * g.queries + i0) * e, e,
+         k + b * g.keys * e, e, T{0}, out, n);
+    for (int64_t r = 0; r < rows; ++r) mask_scores(b, i0 + r, out + r * n, n);
+  }
+
+  // Calls use(k, f) with the dropout factor f of each weight of the block
+  // [rows, n] from query i0, k its index in the block.
+  template <class Use>
+  void dropout_factors(int64_t b, int64_t i0, int64_t rows, int64_t n, Use use) const {
+    const CounterRng rng(g.seed);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        use(r * n + j, static_cast<T>(g.dropout_factor(rng, b, i0 + r, j)));
+      }
+    }
+  }
+};
+
+// Queries per block: their scores and the backward's two more [rows, n]
+// buffers stay within a core's L2 cache, in blocks no taller than GEMMs
+// need to run near their peak.
+int64_t block_rows(const AttentionGeometry& g) {
+  constexpr int64_t kScoresPerBlock = 65536;
+  const int64_t rows = std::clamp<int64_t>(kScoresPerBlock / std::max<int64_t>(g.keys, 1), 16, 256);
+  return std::max<int64_t>(std::min(rows, g.queries), 1);
+}
+
+// A call's multiply-adds, batch * L * S * (E + Ev) from query [..., L, E]
+// and value [..., S, Ev] (saturating: it only steers threading), for
+// OpDef::work; at most onednn::kOneThreadWork of them run on one thread
+// (Note [Small primitives on one thread] in kernels/cpu/onednn.h).
+int64_t multiply_adds(const Shape& query, const Shape& value) {
+  const int64_t queries = query[query.rank() - 2], keys = value[value.rank() - 2];
+  int64_t scores_side, values_side, sum;
+  if (__builtin_mul_overflow(query.numel(), keys, &scores_side) ||
+      __builtin_mul_overflow(value.numel(), queries, &values_side) ||
+      __builtin_add_overflow(scores_side, values_side, &sum)) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return sum;
+}
+int64_t attention_work(const CallShapes& shapes) {
+  return multiply_adds(*shapes.inputs[0], *shapes.inputs[2]);
+}
+bool attention_on_one_core(const CallShapes& shapes) {
+  return attention_work(shapes) <= onednn::kOneThreadWork;
+}
+bool on_one_core(const KernelContext& c) {
+  return multiply_adds(c.inputs[0].shape(), c.inputs[2].shape()) <= onednn::kOneThreadWork;
+}
+
+void attention_kernel(const KernelContext& c) {
+  const AttentionGeometry g = attention_geometry(c, 3);
+  const Tensor* mask = c.inputs.size() == 4 ? &c.inputs[3] : nullptr;
+  const int64_t rows = block_rows(g);
+  const int64_t blocks = g.queries == 0 ? 0 : (g.queries + rows - 1) / rows;
+  onednn::OneThread one_thread(on_one_core(c));
+  onednn::warm_up_gemm();  // Note [oneDNN's gemm, warmed when first needed].
+  visit_floating(c.inputs[0].dtype(), [&]<class T>() {
+    const AttentionData<T> data{c.inputs[0].data<T>(), c.inputs[1].data<T>(), c.inputs[2].data<T>(),
+                                mask, g};
+    T* out = c.outputs[0].data<T>();
+    T* lse = c.outputs[1].data<T>();
+    const int64_t ev = g.value_features;
+    parallel_for(g.batch * blocks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> weights;
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / blocks, i0 = (task % blocks) * rows;
+        const int64_t height = std::min(rows, g.queries - i0);
+        const int64_t n = g.visible_keys(i0 + height - 1);  // The keys any row of it sees.
+        T* o = out + (b * g.queries + i0) * ev;
+        T* l = lse + b * g.queries + i0;
+        if (n == 0) {  // No keys: the sum over them is 0.
+          std::fill(o, o + height * ev, T{0});
+          std::fill(l, l + height, -std::numeric_limits<T>::infinity());
+          continue;
+        }
+        weights.resize(static_cast<size_t>(height * n));
+        data.scores(b, i0, height, n, weights.data());
+        for (int64_t r = 0; r < height; ++r) {
+          l[r] = softmax_row(weights.data() + r * n, n);
+        }
+        if (g.dropout_p > 0) {
+          data.dropout_factors(b, i0, height, n, [&](int64_t k, T f) { weights[k] *= f; });
+        }
+        gemm(false, false, height, ev, n, T{1}, weights.data(), n, data.v + b * g.keys * ev, ev,
+             T{0}, o, ev);
+      }
+    });
+  });
+}
+
+// Note [Fused attention backward]
+// With P the block's weights (recomputed as exp(s - lse)), F the dropout
+// factors and W = P * F what multiplied v:
+//   dv += W^T dout
+//   dW  = dout v^T, and dP = dW * F
+//   ds  = P * (dP - (D - dlse)), D_i = dout_i . out_i (= sum_j P_ij dP_ij)
+//   dq  = scale * ds k,   dk += scale * ds^T q
+// One task per leading index: dk and dv sum over that index's blocks.
+void attention_backward_kernel(const KernelContext& c) {
+  const AttentionGeometry g = attention_geometry(c, 7);
+  const Tensor* mask = c.inputs.size() == 8 ? &c.inputs[7] : nullptr;
+  const int64_t rows = block_rows(g);
+  onednn::OneThread one_thread(on_one_core(c));
+  onednn::warm_up_gemm();
+  visit_floating(c.inputs[0].dtype(), [&]<class T>() {
+    const AttentionData<T> data{c.inputs[0].data<T>(), c.inputs[1].data<T>(), c.inputs[2].data<T>(),
+                                mask, g};
+    const T* out = c.inputs[3].data<T>();
+    const T* lse = c.inputs[4].data<T>();
+    const T* grad_out = c.inputs[5].data<T>();
+    const T* grad_lse = c.inputs[6].data<T>();
+    T* dq = c.outputs[0].data<T>();
+    T* dk = c.outputs[1].data<T>();
+    T* dv = c.outputs[2].data<T>();
+    const int64_t e = g.features, ev = g.value_features, s = g.keys;
+    parallel_for(g.batch, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> p, dp, dropped;
+      for (int64_t b = begin; b < end; ++b) {
+        std::fill(dk + b * s * e, dk + (b + 1) * s * e, T{0});
+        std::fill(dv + b * s * ev, dv + (b + 1) * s * ev, T{0});
+        for (int64_t i0 = 0; i0 < g.queries; i0 += rows) {
+          const int64_t height = std::min(rows, g.queries - i0);
+          const int64_t n = g.visible_keys(i0 + height - 1);
+          const int64_t first = b * g.queries + i0;  // The block's first row of [batch * L].
+          if (n == 0) {
+            std::fill(dq + first * e, dq + (first + height) * e, T{0});
+            continue;
+          }
+          p.resize(static_cast<size_t>(height * n));
+          dp.resize(p.size());
+          data.scores(b, i0, height, n, p.data());
+          for (int64_t r = 0; r < height; ++r) exp_row(p.data() + r * n, n, lse[first + r]);
+          const T* g_out = grad_out + first * ev;
+          // dW; then, under dropout, dP = dW * F and W = P * F (in `dropped`).
+          gemm(false, true, height, n, ev, T{1}, g_out, ev, data.v + b * s * ev, ev, T{0},
+               dp.data(), n);
+          const T* w = p.data();
+          if (g.dropout_p > 0) {
+            dropped.resize(p.size());
+            data.dropout_factors(b, i0, height, n, [&](int64_t k, T f) {
+              dropped[k] = p[k] * f;
+              dp[k] *= f;
+            });
+            w = dropped.data();
+          }
+          gemm(true, false, n, ev, height, T{1}, w, n, g_out, ev, T{1}, dv + b * s * ev, ev);
+          for (int64_t r = 0; r < height; ++r) {
+            const T* o = out + (first + r) * ev;
+            const T* go = g_out + r * ev;
+            T d = 0;
+            for (int64_t j = 0; j < ev; ++j) d += go[j] * o[j];
+            d -= grad_lse[first + r];
+            softmax_gradient_row(dp.data() + r * n, p.data() + r * n, n, d);
+          }
+          const auto scale = static_cast<T>(g.scale);
+          gemm(false, false, height, e, n, scale, dp.data(), n, data.k + b * s * e, e, T{0},
+               dq + first * e, e);
+          gemm(true, false, n, e, height, scale, dp.data(), n, data.q + first * e, e, T{1},
+               dk + b * s * e, e);
+        }
+      }
+    });
+  });
+}
+
+// The mask gets no gradient: nn::scaled_dot_product_attention takes the
+// composition of ops for a mask that requires one.
+std::vector<Tensor> attention_gradient(const GradContext& c) {
+  const Tensor &g_out = c.grad_outputs[0], &g_lse = c.grad_outputs[1];
+  const size_t inputs = c.inputs.size();
+  if (!g_out.defined() && !g_lse.defined()) return std::vector<Tensor>(inputs);
+  std::vector<Tensor> args = {c.inputs[0],
+                              c.inputs[1],
+                              c.inputs[2],
+                              c.outputs[0],
+                              c.outputs[1],
+                              g_out.defined() ? g_out : zeros_like(c.outputs[0]),
+                              g_lse.defined() ? g_lse : zeros_like(c.outputs[1])};
+  if (inputs == 4) args.push_back(c.inputs[3]);
+  std::vector<Tensor> grads = nested_call("scaled_dot_product_attention_backward", args, c.attrs);
+  grads.resize(inputs);
+  return grads;
+}
+
+std::vector<AttrSpec> attention_attrs() {
+  return {required("scale", 0.0), optional("causal", false), optional("dropout_p", 0.0),
+          optional("seed", int64_t{0})};
+}
+
+}  // namespace
+
+void register_attention_ops(Registry& registry) {
+  registry.add({.name = "scaled_dot_product_attention",
+                .num_inputs = kVariadic,
+                .num_outputs = 2,
+                .attrs = attention_attrs(),
+                .infer = infer_attention,
+                .cpu = attention_kernel,
+                .gradient = attention_gradient,
+                .doc = "(query, key, value[, mask]) -> (softmax(scale q k^T + mask) v, the "
+                       "scores' logsumexp), blocked, dropout on the weights",
+                .uses_all_cores = true,
+                .one_core = attention_on_one_core,
+                .work = attention_work});
+  registry.add({.name = "scaled_dot_product_attention_backward",
+                .num_inputs = kVariadic,
+                .num_outputs = 3,
+                .attrs = attention_attrs(),
+                .infer = infer_attention_backward,
+                .cpu = attention_backward_kernel,
+                .differentiable = false,
+                .doc = "gradient of scaled_dot_product_attention: (query, key, value, out, lse, "
+                       "grad_out, grad_lse[, mask]) -> grad_query, grad_key, grad_value",
+                .uses_all_cores = true,
+                .one_core = attention_on_one_core,
+                .work = attention_work});
+}
+
+}  // namespace tandem::kernels
