@@ -10,10 +10,9 @@
 //   build/release/bench/bench_sequence      # ~3 min
 //
 // Tandem's attention is one blocked kernel (Note [Fused attention] in
-// kernels/attention.h), its LSTM a composition of registry ops (Note
-// [Recurrence as a composition of ops]); libtorch 2 has a fused attention
-// kernel and both libtorches a fused LSTM, which is what the rows compare
-// against.
+// kernels/attention.h), its LSTM layer one op (Note [Recurrence in one op,
+// or a composition of ops]); libtorch 2 has a fused attention kernel and
+// both libtorches a fused LSTM, which is what the rows compare against.
 #include <cstdio>
 #include <optional>
 #include <string>

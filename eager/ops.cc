@@ -384,6 +384,18 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
       "scaled_dot_product_attention", inputs,
       {{"scale", scale}, {"causal", causal}, {"dropout_p", dropout_p}, {"seed", seed}}, where)[0];
 }
+std::vector<Tensor> lstm_layer(const Tensor& projected, const Tensor& weight_hh,
+                               const Tensor& bias_hh, const Tensor& h0, const Tensor& c0,
+                               bool reverse, Location where) {
+  std::vector<Tensor> inputs = {projected, weight_hh, bias_hh};
+  if (h0.defined()) inputs.push_back(h0);
+  if (c0.defined()) inputs.push_back(c0);
+  std::vector<Tensor> out = kernels::call(
+      "lstm", inputs,
+      {{"reverse", reverse}, {"initial_h", h0.defined()}, {"initial_c", c0.defined()}}, where);
+  out.resize(3);  // The cells and gates are the backward's.
+  return out;
+}
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   Location where) {
   return call1<"max_pool2d">({x}, pool_attrs(kernel, stride, padding), where);

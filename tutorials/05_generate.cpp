@@ -7,12 +7,12 @@
 //
 // Like tutorial 04 it links only core, kernels, trace and serialization
 // (tutorials/CMakeLists.txt). The saved graph takes int64 bytes [batch, seq]
-// and gives 256 logits per position. The transformer's export leaves seq
-// free up to the traced context (its signature says [batch, seq]): the
-// model reads the text's last bytes as they are. The LSTM's keeps the
-// traced length: a position sees only the bytes before it, so a shorter
-// text is padded on the right and the logits of its last byte are read.
-// Either way a longer text is cut to its last `context` bytes.
+// and gives 256 logits per position. The tutorial's export leaves seq free
+// (its signature says [batch, seq]): the model reads the text's last bytes
+// as they are. A model exported at a fixed length takes exactly that many:
+// a position sees only the bytes before it, so a shorter text is padded on
+// the right and the logits of its last byte are read. Either way a longer
+// text is cut to its last `context` bytes (the traced length).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -24,10 +24,10 @@
 //      shifted by one as the target), AdamW with warm-up and cosine decay,
 //      gradients clipped to norm 1; validate after each epoch.
 //   4. Write text from a prompt, greedily and sampled.
-//   5. Export (PATH.json and its params file). The transformer's batch and
-//      sequence length stay free (any length up to --context, the length of
-//      its positional table); the LSTM, unrolled over the sequence, keeps
-//      the traced length and only the batch free.
+//   5. Export (PATH.json and its params file), with the batch and the
+//      sequence length free: the transformer's any length up to --context,
+//      the length of its positional table; the LSTM's any length (its
+//      recurrence is one op per layer, whatever the length).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -280,10 +280,8 @@ int main(int argc, char** argv) try {
     NoGradGuard no_grad;
     model->hybridize();
     (*model)(zeros({1, flags.context}, DType::kInt64));
-    ExportOptions options;
-    if (flags.model == "transformer")
-      options.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}};
-    model->export_model(flags.export_path, options);
+    model->export_model(flags.export_path,
+                        {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
   }
   std::printf("exported %s.json (with the params file it names)\n", flags.export_path.c_str());
   engine::current().wait_all();

@@ -175,8 +175,19 @@ RecurrentResult Recurrent::run(const Tensor& x, const Tensor& h0, const Tensor& 
     for (int64_t direction = 0; direction < directions; ++direction) {
       const int64_t index = layer * directions + direction;
       const Weights& w = weights_[static_cast<size_t>(index)];
-      // Every step's input projection in one product, then split by step.
+      // Every step's input projection in one product.
       Tensor projected = linear(input, w.ih, w.bias_ih, site);  // [batch, seq, gates * hidden]
+      if (kind() == RecurrentKind::kLstm) {
+        // The recurrence in one op (Note [Recurrence in one op, or a
+        // composition of ops]).
+        std::vector<Tensor> out = lstm_layer(projected, w.hh, w.bias_hh, initial(h0, index),
+                                             initial(c0, index), direction == 1, site);
+        final_h.push_back(out[1]);
+        final_c.push_back(out[2]);
+        direction_outputs.push_back(out[0]);
+        continue;
+      }
+      // Split by step, and one step after another.
       std::vector<Tensor> steps =
           length == 1 ? std::vector<Tensor>{projected}
                       : split(projected, Dims(static_cast<size_t>(length), 1), 1, site);

@@ -14,16 +14,18 @@
 // LSTM (input, forget, cell, output), 3 for GRU (reset, update, new), 1 for
 // RNN. A torch state_dict of a layer with the same options loads as is.
 //
-// Note [Recurrence as a composition of ops]
-// A layer is written with the eager ops: one product projects the whole
-// sequence's inputs (x W_ih^T + b_ih for every step at once), then each step
-// adds h W_hh^T + b_hh and applies its gates. So gradients, hybridize and
-// export come from those ops; a trace unrolls the loop at the traced
+// Note [Recurrence in one op, or a composition of ops]
+// A layer projects the whole sequence's inputs in one product (x W_ih^T +
+// b_ih for every step at once). An LSTM layer then runs its recurrence as
+// one op, lstm (kernels/ops/recurrence.cc): a matrix product per step and
+// one pass over the gates, and a backward through time of its own; a graph
+// holds one node per layer and direction, whatever the sequence length, so
+// an exported LSTM leaves its sequence length free. RNN and GRU layers, and
+// the cells, are still written with the eager ops: each step adds h W_hh^T
+// + b_hh and applies its gates, and a trace unrolls the loop at the traced
 // sequence length. A zero initial state (the default) is not materialized:
 // the first step's recurrent term is b_hh alone, which also keeps the batch
 // size free in an exported graph (a zeros({batch, hidden}) would fix it).
-// oneDNN's RNN primitives, which run the loop in one kernel, are the faster
-// path still to come behind the same modules.
 #pragma once
 
 #include <cstdint>

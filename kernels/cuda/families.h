@@ -21,5 +21,6 @@ void register_sort_cuda_kernels(Registry& registry);          // sort.cu
 void register_padding_cuda_kernels(Registry& registry);       // padding.cu
 void register_interpolate_cuda_kernels(Registry& registry);   // interpolate.cu
 void register_attention_cuda_kernels(Registry& registry);     // attention.cu
+void register_recurrence_cuda_kernels(Registry& registry);    // recurrence.cu
 
 }  // namespace tandem::kernels

@@ -19,6 +19,7 @@ void register_cuda_kernels(Registry& registry) {
   register_padding_cuda_kernels(registry);
   register_interpolate_cuda_kernels(registry);
   register_attention_cuda_kernels(registry);
+  register_recurrence_cuda_kernels(registry);
 }
 
 }  // namespace tandem::kernels

@@ -9,15 +9,14 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
-#include <oneapi/dnnl/dnnl.h>
-
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/cpu/fast_exp.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/ops/families.h"
@@ -157,78 +156,18 @@ TensorMetas infer_attention_backward(absl::Span<const TensorMeta> in, const Attr
   return {in[0], in[1], in[2]};
 }
 
-// C = alpha op(A) op(B) + beta C over row-major matrices, op transposing
-// where its flag says; C is not read where beta is 0.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  const dnnl_status_t status =
-      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  TANDEM_CHECK(status == dnnl_success, "oneDNN's sgemm failed (status ", static_cast<int>(status),
-               ") for a ", m, "x", k, " by ", k, "x", n, " product");
-}
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double sum = 0;
-      for (int64_t p = 0; p < k; ++p) {
-        sum += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
-      }
-      double& out = c[i * ldc + j];
-      out = alpha * sum + (beta == 0 ? 0 : beta * out);
-    }
-  }
-}
+// The row passes (Note [Row passes in two builds] in kernels/cpu/fast_exp.h).
 
-// e^x for the weights, in float32: 2^n e^r with n = round(x / ln 2) and r
-// in [-ln 2 / 2, ln 2 / 2], e^r from Cephes' expf polynomial (within 2
-// ulp). Branch-free, so that GCC vectorizes the loops that call it, where
-// libm's expf is a call per element. 0 below -87 (-inf included), NaN
-// stays NaN; the arguments here are never above 0 but by rounding.
-inline float exp_weight(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer.
-  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
-  const float shifted = clamped * kLog2e + kRound;  // n sits in its low bits.
-  const float n = shifted - kRound;
-  const float r = clamped - n * kLn2High - n * kLn2Low;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // 2^n from n's bits, in unsigned arithmetic: no float-to-int conversion,
-  // which would be undefined for NaN.
-  const uint32_t n_bits = std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRound);
-  const float two_to_n = std::bit_cast<float>((n_bits + 127u) << 23);
-  return x < -87.0f ? 0.0f : p * two_to_n;
-}
-inline double exp_weight(double x) { return std::exp(x); }
-
-// Note [Row passes in two builds]
-// Besides its GEMMs, the kernel passes over every weight a few times (the
-// maximum, the exponentials, the sum, the softmax's gradient). These passes
-// are compiled twice, for the build's SSE2 baseline and for AVX2 with FMA
-// (x86-64-v3), and the loader picks the one the CPU runs (GCC's
-// target_clones). On the 2-core AVX2 development machine the forward and
-// backward at [8, 8, 512, 64] took 110 ms with the SSE2 passes, 91 with the
-// AVX2 ones (bench_sequence --child attention --seq 512).
-#define TANDEM_ROW_PASS __attribute__((target_clones("arch=x86-64-v3", "default")))
-
-// row[j] = exp_weight(row[j] - shift) for j < n.
+// row[j] = cpu::fast_exp(row[j] - shift) for j < n.
 template <class T>
-TANDEM_ROW_PASS void exp_row(T* row, int64_t n, T shift) {
-  for (int64_t j = 0; j < n; ++j) row[j] = exp_weight(row[j] - shift);
+TANDEM_VECTOR_CLONES void exp_row(T* row, int64_t n, T shift) {
+  for (int64_t j = 0; j < n; ++j) row[j] = cpu::fast_exp(row[j] - shift);
 }
 
 // The softmax of row[0, n), in place, in four independent lanes for the
 // maximum and the sum so that they overlap; returns the row's logsumexp.
 template <class T>
-TANDEM_ROW_PASS T softmax_row(T* row, int64_t n) {
+TANDEM_VECTOR_CLONES T softmax_row(T* row, int64_t n) {
   constexpr T kLow = -std::numeric_limits<T>::infinity();
   T top[4] = {kLow, kLow, kLow, kLow};
   int64_t j = 0;
@@ -237,7 +176,7 @@ TANDEM_ROW_PASS T softmax_row(T* row, int64_t n) {
   }
   for (; j < n; ++j) top[0] = std::max(top[0], row[j]);
   const T shift = std::max(std::max(top[0], top[1]), std::max(top[2], top[3]));
-  for (j = 0; j < n; ++j) row[j] = exp_weight(row[j] - shift);
+  for (j = 0; j < n; ++j) row[j] = cpu::fast_exp(row[j] - shift);
   T lane[4] = {};
   for (j = 0; j + 4 <= n; j += 4) {
     for (int l = 0; l < 4; ++l) lane[l] += row[j + l];
@@ -252,7 +191,7 @@ TANDEM_ROW_PASS T softmax_row(T* row, int64_t n) {
 // The gradient of the scores from the weights' (Note [Fused attention
 // backward]): ds[j] = p[j] * (ds[j] - d), in place.
 template <class T>
-TANDEM_ROW_PASS void softmax_gradient_row(T* ds, const T* p, int64_t n, T d) {
+TANDEM_VECTOR_CLONES void softmax_gradient_row(T* ds, const T* p, int64_t n, T d) {
   for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - d);
 }
 
@@ -289,8 +228,8 @@ struct AttentionData {
   // from i0 and n keys from 0.
   void scores(int64_t b, int64_t i0, int64_t rows, int64_t n, T* out) const {
     const int64_t e = g.features;
-    gemm(false, true, rows, n, e, static_cast<T>(g.scale), q + (b * g.queries + i0) * e, e,
-         k + b * g.keys * e, e, T{0}, out, n);
+    cpu::gemm(false, true, rows, n, e, static_cast<T>(g.scale), q + (b * g.queries + i0) * e, e,
+              k + b * g.keys * e, e, T{0}, out, n);
     for (int64_t r = 0; r < rows; ++r) mask_scores(b, i0 + r, out + r * n, n);
   }
 
@@ -346,7 +285,6 @@ void attention_kernel(const KernelContext& c) {
   const int64_t rows = block_rows(g);
   const int64_t blocks = g.queries == 0 ? 0 : (g.queries + rows - 1) / rows;
   onednn::OneThread one_thread(on_one_core(c));
-  onednn::warm_up_gemm();  // Note [oneDNN's gemm, warmed when first needed].
   visit_floating(c.inputs[0].dtype(), [&]<class T>() {
     const AttentionData<T> data{c.inputs[0].data<T>(), c.inputs[1].data<T>(), c.inputs[2].data<T>(),
                                 mask, g};
@@ -374,8 +312,8 @@ void attention_kernel(const KernelContext& c) {
         if (g.dropout_p > 0) {
           data.dropout_factors(b, i0, height, n, [&](int64_t k, T f) { weights[k] *= f; });
         }
-        gemm(false, false, height, ev, n, T{1}, weights.data(), n, data.v + b * g.keys * ev, ev,
-             T{0}, o, ev);
+        cpu::gemm(false, false, height, ev, n, T{1}, weights.data(), n, data.v + b * g.keys * ev,
+                  ev, T{0}, o, ev);
       }
     });
   });
@@ -394,7 +332,6 @@ void attention_backward_kernel(const KernelContext& c) {
   const Tensor* mask = c.inputs.size() == 8 ? &c.inputs[7] : nullptr;
   const int64_t rows = block_rows(g);
   onednn::OneThread one_thread(on_one_core(c));
-  onednn::warm_up_gemm();
   visit_floating(c.inputs[0].dtype(), [&]<class T>() {
     const AttentionData<T> data{c.inputs[0].data<T>(), c.inputs[1].data<T>(), c.inputs[2].data<T>(),
                                 mask, g};
@@ -425,8 +362,8 @@ void attention_backward_kernel(const KernelContext& c) {
           for (int64_t r = 0; r < height; ++r) exp_row(p.data() + r * n, n, lse[first + r]);
           const T* g_out = grad_out + first * ev;
           // dW; then, under dropout, dP = dW * F and W = P * F (in `dropped`).
-          gemm(false, true, height, n, ev, T{1}, g_out, ev, data.v + b * s * ev, ev, T{0},
-               dp.data(), n);
+          cpu::gemm(false, true, height, n, ev, T{1}, g_out, ev, data.v + b * s * ev, ev, T{0},
+                    dp.data(), n);
           const T* w = p.data();
           if (g.dropout_p > 0) {
             dropped.resize(p.size());
@@ -436,7 +373,7 @@ void attention_backward_kernel(const KernelContext& c) {
             });
             w = dropped.data();
           }
-          gemm(true, false, n, ev, height, T{1}, w, n, g_out, ev, T{1}, dv + b * s * ev, ev);
+          cpu::gemm(true, false, n, ev, height, T{1}, w, n, g_out, ev, T{1}, dv + b * s * ev, ev);
           for (int64_t r = 0; r < height; ++r) {
             const T* o = out + (first + r) * ev;
             const T* go = g_out + r * ev;
@@ -446,10 +383,10 @@ void attention_backward_kernel(const KernelContext& c) {
             softmax_gradient_row(dp.data() + r * n, p.data() + r * n, n, d);
           }
           const auto scale = static_cast<T>(g.scale);
-          gemm(false, false, height, e, n, scale, dp.data(), n, data.k + b * s * e, e, T{0},
-               dq + first * e, e);
-          gemm(true, false, n, e, height, scale, dp.data(), n, data.q + first * e, e, T{1},
-               dk + b * s * e, e);
+          cpu::gemm(false, false, height, e, n, scale, dp.data(), n, data.k + b * s * e, e, T{0},
+                    dq + first * e, e);
+          cpu::gemm(true, false, n, e, height, scale, dp.data(), n, data.q + first * e, e, T{1},
+                    dk + b * s * e, e);
         }
       }
     });

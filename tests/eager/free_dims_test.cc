@@ -324,26 +324,44 @@ TEST_F(FreeDims, HybridizeTracesPerShapeWhenTheCallComputesGradients) {
                               HasSubstr("computes gradients")));
 }
 
-// Verifies that a recurrent layer, unrolled over the sequence, has no one
-// graph for every length: refused with why (a free batch is fine).
-TEST_F(FreeDims, AnUnrolledRecurrenceCannotFreeTheSequence) {
+// Verifies that an LSTM, whose recurrence is one op, exports with its
+// sequence free and runs at lengths it was not traced at, while a GRU,
+// unrolled over the sequence, has no one graph for every length: refused
+// with why (a free batch is fine).
+TEST_F(FreeDims, AnLstmFreesTheSequenceAnUnrolledRecurrenceCannot) {
   manual_seed(2);
-  nn::LSTM model(nn::RecurrentOptions{.input_size = 3, .hidden_size = 4});
-  model.eval();
-  model.hybridize();
+  nn::LSTM lstm(nn::RecurrentOptions{
+      .input_size = 3, .hidden_size = 4, .num_layers = 2, .bidirectional = true});
+  lstm.eval();
+  lstm.hybridize();
   {
     NoGradGuard no_grad;
-    model(randn({2, 5, 3}));
+    lstm(randn({2, 5, 3}));
   }
-  EXPECT_THAT(error_of([&] {
-                model.export_model(path("lstm"),
-                                   {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
-              }),
-              HasSubstr("its code takes another path at other sizes"));
-  model.export_model(path("lstm"));  // Batch only.
+  lstm.export_model(path("lstm"), {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
   LoadedModel loaded = load(path("lstm"));
+  EXPECT_EQ(loaded.inputs()[0].shape_text(), "[batch, seq, 3]");
+  for (const Dims& shape : {Dims{2, 5, 3}, Dims{3, 1, 3}, Dims{1, 17, 3}}) {
+    Tensor x = randn(shape);
+    expect_near(values_of(loaded.run({x})[0]), eager_values(lstm, x), 1e-5);
+  }
+
+  nn::GRU gru(nn::RecurrentOptions{.input_size = 3, .hidden_size = 4});
+  gru.eval();
+  gru.hybridize();
+  {
+    NoGradGuard no_grad;
+    gru(randn({2, 5, 3}));
+  }
+  EXPECT_THAT(
+      error_of([&] {
+        gru.export_model(path("gru"), {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
+      }),
+      HasSubstr("its code takes another path at other sizes"));
+  gru.export_model(path("gru"));  // Batch only.
+  LoadedModel loaded_gru = load(path("gru"));
   Tensor x = randn({6, 5, 3});
-  expect_near(values_of(loaded.run({x})[0]), eager_values(model, x), 1e-5);
+  expect_near(values_of(loaded_gru.run({x})[0]), eager_values(gru, x), 1e-5);
 }
 
 }  // namespace
