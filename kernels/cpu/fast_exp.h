@@ -20,8 +20,16 @@
 // [8, 8, 512, 64] took 110 ms with the SSE2 passes, 91 with the AVX2 ones
 // (bench_sequence --child attention --seq 512). The file that holds a pass
 // is compiled with -fno-trapping-math (kernels/CMakeLists.txt), without
-// which GCC vectorizes no loop that compares floats.
+// which GCC vectorizes no loop that compares floats. Clang (the fuzz
+// build's compiler) has no target_clones for templates, and under
+// ThreadSanitizer the clones' resolvers, which the loader runs before the
+// sanitizer's runtime is up, crashed the test programs at start: those
+// builds compile the baseline pass only.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define TANDEM_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define TANDEM_VECTOR_CLONES
+#endif
 
 namespace tandem::kernels::cpu {
 
