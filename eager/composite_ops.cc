@@ -95,6 +95,34 @@ Tensor roll(const Tensor& x, int64_t shift, int64_t axis, std::source_location s
   return concat({slice(x, a, n - s, n, 1, site), slice(x, a, 0, n - s, 1, site)}, a, site);
 }
 
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Dims& kernel, const Dims& stride,
+                    const Dims& padding, const Dims& output_size, std::source_location site) {
+  TANDEM_CHECK(x.rank() == 4, "max_unpool2d: x must be [N, C, h, w], got ", x.shape().to_string());
+  TANDEM_CHECK(indices.dtype() == DType::kInt64 && indices.shape() == x.shape(),
+               "max_unpool2d: indices must be int64 of x's shape ", x.shape().to_string(), ", got ",
+               dtype_name(indices.dtype()), " ", indices.shape().to_string());
+  TANDEM_CHECK(kernel.size() == 2 && (stride.empty() || stride.size() == 2) &&
+                   padding.size() == 2 && (output_size.empty() || output_size.size() == 2),
+               "max_unpool2d: kernel, stride, padding and output_size take two values each "
+               "(stride and output_size may be empty)");
+  Dims size = output_size;
+  for (size_t a = 0; size.size() < 2; ++a) {
+    const int64_t step = stride.empty() ? kernel[a] : stride[a];
+    const auto what = [&] { return str_cat("max_unpool2d's output size along axis ", a + 2); };
+    size.push_back(checked_add(checked_sub(checked_mul(x.shape()[a + 2] - 1, step, what()),
+                                           checked_mul(2, padding[a], what()), what()),
+                               kernel[a], what()));
+  }
+  TANDEM_CHECK(size[0] > 0 && size[1] > 0, "max_unpool2d: the output size [", size[0], ", ",
+               size[1], "] must be positive (x ", x.shape().to_string(), ")");
+  const int64_t n = x.shape()[0], c = x.shape()[1], count = x.shape()[2] * x.shape()[3];
+  const int64_t plane = checked_mul(size[0], size[1], "max_unpool2d's output plane");
+  Tensor flat =
+      scatter(zeros({n, c, plane}, x.dtype(), x.device(), site),
+              reshape(indices, {n, c, count}, site), reshape(x, {n, c, count}, site), 2, site);
+  return reshape(flat, {n, c, size[0], size[1]}, site);
+}
+
 Tensor tile(const Tensor& x, const Dims& reps, std::source_location site) {
   TANDEM_CHECK(static_cast<int>(reps.size()) == x.rank(), "tile: reps has ", reps.size(),
                " entries, x has shape ", x.shape().to_string(), " (one per axis)");

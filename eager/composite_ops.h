@@ -1,6 +1,6 @@
 // Ops written as compositions of the registry's ops: masked_fill,
-// logsumexp, tril / triu (and tril_mask), flip, roll and tile, with torch's
-// semantics.
+// logsumexp, tril / triu (and tril_mask), flip, roll, tile and
+// max_unpool2d, with torch's semantics.
 //
 //   Tensor scores = masked_fill(scores, padding, -INFINITY);
 //   Tensor lse = logsumexp(logits, {-1});
@@ -60,5 +60,20 @@ Tensor roll(const Tensor& x, int64_t shift, int64_t axis,
 // NumPy's tile (reps has one entry per axis; each >= 1).
 Tensor tile(const Tensor& x, const Dims& reps,
             std::source_location where = std::source_location::current());
+
+// max_pool2d's inverse, as torch's F.max_unpool2d: zeros of [N, C, H, W]
+// with each value of x [N, C, h, w] put back at its position in `indices`
+// (int64, x's shape: offsets within the output plane, iy * W + ix, as
+// max_pool2d_with_indices gives them). [H, W] is output_size when given,
+// else (in - 1) * stride - 2 * padding + kernel per axis (stride defaults
+// to kernel). It is a scatter into each flattened plane, so indices follow
+// the index ops' rule (negative ones count from the end; one out of range
+// is an Error from that scatter, naming the index and the plane's size),
+// and where two values name one position the later one in row-major order
+// stays; both get that position's gradient, as in torch.
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Dims& kernel,
+                    const Dims& stride = {}, const Dims& padding = {0, 0},
+                    const Dims& output_size = {},
+                    std::source_location where = std::source_location::current());
 
 }  // namespace tandem

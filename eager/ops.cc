@@ -400,6 +400,11 @@ Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const
                   Location where) {
   return call1<"max_pool2d">({x}, pool_attrs(kernel, stride, padding), where);
 }
+ValuesAndIndices max_pool2d_with_indices(const Tensor& x, const Dims& kernel, const Dims& stride,
+                                         const Dims& padding, Location where) {
+  const Attrs attrs = pool_attrs(kernel, stride, padding);
+  return {call1<"max_pool2d">({x}, attrs, where), call1<"max_pool2d_indices">({x}, attrs, where)};
+}
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
                   Location where) {
   return call1<"avg_pool2d">({x}, pool_attrs(kernel, stride, padding), where);

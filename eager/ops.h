@@ -352,6 +352,13 @@ std::vector<Tensor> lstm_layer(const Tensor& projected, const Tensor& weight_hh,
                                bool reverse, TANDEM_HERE);
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
                   const Dims& padding = {0, 0}, TANDEM_HERE);
+// max_pool2d's values and, as torch's return_indices, where each came from:
+// int64 offsets within the input plane (iy * W + ix), the first maximum of
+// each window in row-major order (a NaN before any number). max_unpool2d
+// (eager/composite_ops.h) puts values back there.
+ValuesAndIndices max_pool2d_with_indices(const Tensor& x, const Dims& kernel,
+                                         const Dims& stride = {}, const Dims& padding = {0, 0},
+                                         TANDEM_HERE);
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
                   const Dims& padding = {0, 0}, TANDEM_HERE);
 Tensor adaptive_avg_pool2d(const Tensor& x, const Dims& output_size, TANDEM_HERE);

@@ -323,7 +323,17 @@ void max_pool2d_kernel(const KernelContext& c) {
   const Tensor &x = c.inputs[0], &y = c.outputs[0];
   const PoolGeometry g = fixed_windows(c, x.shape(), y.shape());
   visit_floating(x.dtype(), [&]<class T>() {
-    cuda::pooling::max_pool2d<T>(g, x.data<T>(), y.data<T>(), cuda::stream_of(c));
+    cuda::pooling::max_pool2d<T>(g, x.data<T>(), y.data<T>(), nullptr, cuda::stream_of(c));
+  });
+}
+
+// max_pool2d_indices: x -> each window's argmax within its plane.
+void max_pool2d_indices_kernel(const KernelContext& c) {
+  const Tensor &x = c.inputs[0], &indices = c.outputs[0];
+  const PoolGeometry g = fixed_windows(c, x.shape(), indices.shape());
+  visit_floating(x.dtype(), [&]<class T>() {
+    cuda::pooling::max_pool2d<T>(g, x.data<T>(), nullptr, indices.data<int64_t>(),
+                                 cuda::stream_of(c));
   });
 }
 
@@ -367,6 +377,7 @@ void register_conv_pool_cuda_kernels(Registry& registry) {
   registry.set_cuda_kernel("conv_transpose2d", conv_transpose2d_kernel);
   registry.set_cuda_kernel("max_pool2d", max_pool2d_kernel);
   registry.set_cuda_kernel("max_pool2d_backward", max_pool2d_backward_kernel);
+  registry.set_cuda_kernel("max_pool2d_indices", max_pool2d_indices_kernel);
   registry.set_cuda_kernel("avg_pool2d", average_kernel<fixed_windows>);
   registry.set_cuda_kernel("avg_pool2d_backward", average_backward_kernel<fixed_windows>);
   registry.set_cuda_kernel("adaptive_avg_pool2d", average_kernel<adaptive_windows>);

@@ -137,11 +137,11 @@ void with_axes(const PoolGeometry& g, F f) {
 }  // namespace
 
 template <class T>
-void max_pool2d(const PoolGeometry& g, const T* x, T* y, cudaStream_t stream) {
+void max_pool2d(const PoolGeometry& g, const T* x, T* y, int64_t* argmax, cudaStream_t stream) {
   const int64_t count = output_count(g);
   if (count == 0) return;
-  window_argmax<<<blocks_for(count), kThreadsPerBlock, 0, stream>>>(
-      fixed(g.y), fixed(g.x), count, x, y, static_cast<int64_t*>(nullptr));
+  window_argmax<<<blocks_for(count), kThreadsPerBlock, 0, stream>>>(fixed(g.y), fixed(g.x), count,
+                                                                    x, y, argmax);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -182,7 +182,7 @@ void avg_pool2d_backward(const PoolGeometry& g, const T* grad_y, T* grad_x, cuda
 }
 
 #define TANDEM_POOLING_INSTANTIATE(T)                                                         \
-  template void max_pool2d<T>(const PoolGeometry&, const T*, T*, cudaStream_t);               \
+  template void max_pool2d<T>(const PoolGeometry&, const T*, T*, int64_t*, cudaStream_t);     \
   template void max_pool2d_backward<T>(const PoolGeometry&, const T*, const T*, T*, int64_t*, \
                                        cudaStream_t);                                         \
   template void avg_pool2d<T>(const PoolGeometry&, const T*, T*, cudaStream_t);               \

@@ -2,7 +2,7 @@
 // adaptive_avg_pool2d and their backward ops over NCHW planes.
 //
 //   PoolGeometry g{.planes = N * C, .y = {H, OH, kH, sH, pH}, .x = {W, OW, kW, sW, pW}};
-//   pooling::max_pool2d<float>(g, x, y, stream);
+//   pooling::max_pool2d<float>(g, x, y, /*argmax=*/nullptr, stream);
 //
 // Our own kernels rather than cuDNN's, because the CPU conventions
 // (kernels/ops/conv_pool.cc) are the contract: max_pool2d_backward gets
@@ -34,8 +34,10 @@ struct PoolGeometry {
 
 // T is float or double; pointers are device memory; work is enqueued on
 // `stream`. Fixed windows only for the max ops.
+// max_pool2d writes each window's maximum to y and its offset within the
+// plane to argmax (max_pool2d_indices); either may be null.
 template <class T>
-void max_pool2d(const PoolGeometry& g, const T* x, T* y, cudaStream_t stream);
+void max_pool2d(const PoolGeometry& g, const T* x, T* y, int64_t* argmax, cudaStream_t stream);
 // `argmax`: scratch for one int64 per element of grad_y.
 template <class T>
 void max_pool2d_backward(const PoolGeometry& g, const T* x, const T* grad_y, T* grad_x,

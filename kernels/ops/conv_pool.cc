@@ -708,6 +708,28 @@ void avg_pool2d_kernel(const KernelContext& c) {
          [](const Pool& p, const auto* x, auto* y) { avg_pool_plane(p, x, y); });
 }
 
+// max_pool2d_indices(x) -> int64 [N, C, oh, ow]: where in its plane (iy * W
+// + ix) each window's maximum is, the element max_pool2d takes and its
+// gradient goes to (window_argmax: the first maximum in row-major order, a
+// NaN before any number), as torch's return_indices gives.
+TensorMetas infer_max_pool2d_indices(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  check_floating("x", in[0].dtype);
+  return {{pool_geometry(in[0].shape, attrs).out(), DType::kInt64}};
+}
+
+void max_pool2d_indices_kernel(const KernelContext& c) {
+  const Tensor &x = c.inputs[0], &indices = c.outputs[0];
+  const Pool p = pool_geometry(x.shape(), c.attrs);
+  if (indices.numel() == 0) return;
+  visit_floating(x.dtype(), [&]<class T>() {
+    for_each_plane(p, [&](int64_t plane) {
+      int64_t* out = indices.data<int64_t>() + plane * p.oh * p.ow;
+      for_each_window_argmax(p, x.data<T>() + plane * p.h * p.w,
+                             [&](int64_t o, int64_t argmax) { out[o] = argmax; });
+    });
+  });
+}
+
 // max_pool2d_backward(x, grad_y) -> grad_x.
 TensorMetas infer_max_pool2d_backward(absl::Span<const TensorMeta> in, const Attrs& attrs) {
   check_same_float(in);
@@ -993,6 +1015,12 @@ void register_conv_pool_ops(Registry& registry) {
                 .cpu = max_pool2d_backward_kernel,
                 .differentiable = false,
                 .doc = "gradient of max_pool2d: (x, grad_y) -> grad_x, to each window's argmax"});
+  registry.add({.name = "max_pool2d_indices",
+                .attrs = pool_attrs(),
+                .infer = infer_max_pool2d_indices,
+                .cpu = max_pool2d_indices_kernel,
+                .differentiable = false,
+                .doc = "where in its plane (iy * W + ix) each max_pool2d window's maximum is"});
   registry.add({.name = "avg_pool2d",
                 .attrs = pool_attrs(),
                 .infer = infer_pool,

@@ -139,12 +139,62 @@ TEST(CompositeOps, FlipRollAndTile) {
   EXPECT_THAT(error_of([&] { tile(x, {1, 0, 1}); }), HasSubstr("reps[1] = 0 must be >= 1"));
 }
 
+// max_pool2d_with_indices and max_unpool2d against a loop over the windows:
+// the indices name each window's first maximum within its plane, and
+// unpooling puts every maximum back there, zeros elsewhere; its gradient
+// reads the output's gradient at those places.
+TEST(CompositeOps, MaxPoolIndicesAndUnpool) {
+  manual_seed(9);
+  Tensor x = randn({2, 3, 5, 6}, DType::kFloat64);
+  const Values v = values_of(x);
+  auto [values, indices] = max_pool2d_with_indices(x, {2, 2}, {2, 2});
+  ASSERT_EQ(indices.shape(), Shape({2, 3, 2, 3}));
+  EXPECT_EQ(indices.dtype(), DType::kInt64);
+  const Values got = values_of(indices), pooled = values_of(values);
+  Values want_unpooled(2 * 3 * 4 * 6, 0.0);
+  for (int64_t plane = 0; plane < 6; ++plane) {
+    for (int64_t oy = 0; oy < 2; ++oy) {
+      for (int64_t ox = 0; ox < 3; ++ox) {
+        int64_t best = -1;
+        for (int64_t iy = 2 * oy; iy < 2 * oy + 2; ++iy) {
+          for (int64_t ix = 2 * ox; ix < 2 * ox + 2; ++ix) {
+            if (best < 0 || v[plane * 30 + iy * 6 + ix] > v[plane * 30 + best]) best = iy * 6 + ix;
+          }
+        }
+        const int64_t o = (plane * 2 + oy) * 3 + ox;
+        ASSERT_EQ(got[o], best) << "window " << o;
+        EXPECT_EQ(pooled[o], v[plane * 30 + best]);
+        want_unpooled[plane * 24 + best] = v[plane * 30 + best];  // Into [4, 6] planes.
+      }
+    }
+  }
+  // The default size would be [4, 6]; output_size says so too.
+  expect_near(values_of(max_unpool2d(values, indices, {2, 2})), want_unpooled, 0);
+  expect_near(values_of(max_unpool2d(values, indices, {2, 2}, {}, {0, 0}, {4, 6})), want_unpooled,
+              0);
+  check_gradient([&](const Tensor& y) { return max_unpool2d(y, indices, {2, 2}); }, values);
+  // A plane too small for the indices: the scatter names the first index
+  // past it.
+  EXPECT_THAT(error_of([&] {
+                values_of(max_unpool2d(values, indices, {2, 2}, {}, {0, 0}, {2, 2}));
+              }),
+              HasSubstr("is out of range for axis 2 of size 4"));
+  EXPECT_THAT(error_of([&] {
+                max_unpool2d(values, cast(indices, DType::kInt32), {2, 2});
+              }),
+              HasSubstr("max_unpool2d: indices must be int64 of x's shape [2, 3, 2, 3]"));
+}
+
 // One function of all of them, traced at batch 2, replayed, exported and
 // loaded, then run at batch 3.
 TEST(CompositeOps, OneAnswerInEveryMode) {
   const auto f = [](const Tensor& x) {
     Tensor y = tile(roll(flip(tril(x, 1), {-1}), 1, 1), {1, 2, 1});
     y = masked_fill(y, gt(y, full({}, 1.0)), 1.0);
+    // [batch, 1, 6, 4] pooled and put back.
+    Tensor image = reshape(y, {y.shape()[0], 1, 6, 4});
+    auto [pooled, where] = max_pool2d_with_indices(image, {2, 2});
+    y = add(y, reshape(max_unpool2d(pooled, where, {2, 2}), {y.shape()[0], 6, 4}));
     return logsumexp(y, {-1});
   };
   NoGradGuard no_grad;

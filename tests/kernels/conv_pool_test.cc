@@ -369,6 +369,27 @@ TANDEM_OP_TEST_ROWS(conv_pool) {
       add_both(rows, pool_backward_row(kind, c.name, c.x, c.p));
     }
   }
+  // max_pool2d_indices: the reference's first maximum, as an offset within
+  // its plane.
+  for (const PoolCase& c : pools) {
+    add_both(rows, {.name = c.name,
+                    .op = "max_pool2d_indices",
+                    .inputs = {random_tensor(c.x, 11)},
+                    .attrs = c.p.attrs(),
+                    .reference = [p = c.p](const Inputs& in) {
+                      Shape out;
+                      std::vector<int64_t> argmax;
+                      pool_values("max", values_of(in[0]), in[0].shape(), p, &out, &argmax);
+                      const int64_t plane = in[0].shape()[2] * in[0].shape()[3];
+                      const int64_t windows = out[2] * out[3];
+                      std::vector<double> within;
+                      for (size_t i = 0; i < argmax.size(); ++i) {
+                        within.push_back(static_cast<double>(argmax[i] - static_cast<int64_t>(i) /
+                                                                             windows * plane));
+                      }
+                      return std::vector{result(within, out, DType::kInt64)};
+                    }});
+  }
   std::vector<PoolCase> adaptive = {
       {"2x3_of_5x7", {1, 2, 5, 7}, {.kernel = {2, 3}}},
       {"global", {2, 2, 3, 4}, {.kernel = {1, 1}}},
