@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,22 @@ TEST(ScaledDotProductAttention, GradientsMatchCentralDifferences) {
 // The op that made `y` ("matmul" for the composition of ops).
 std::string made_by(const Tensor& y) { return y.impl_ptr()->autograd->grad_fn->display_name(); }
 
+// scaled_dot_product_attention of copies of q, k and v with `mask`: the op
+// that made its output, then the output and the gradients of q, k and v of
+// sum(output * cotangent).
+std::pair<std::string, std::vector<Values>> attend(const Tensor& q, const Tensor& k,
+                                                   const Tensor& v, const Tensor& mask, bool causal,
+                                                   const Tensor& cotangent) {
+  std::vector<Tensor> leaves = {add(q, 0.0).requires_grad_(), add(k, 0.0).requires_grad_(),
+                                add(v, 0.0).requires_grad_()};
+  Tensor y = nn::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], mask, 0, causal);
+  const std::string op = made_by(y);
+  sum(mul(y, cotangent)).backward();
+  std::vector<Values> result = {values_of(y)};
+  for (const Tensor& leaf : leaves) result.push_back(values_of(leaf.grad()));
+  return {op, result};
+}
+
 // The fused kernel (several blocks of queries, causal, key padding, float32)
 // against the composition of ops, which a mask that requires a gradient
 // selects: the same outputs and gradients, and the float mask's gradient.
@@ -160,19 +177,9 @@ TEST(ScaledDotProductAttention, FusedKernelMatchesTheComposition) {
   Tensor allowed = Tensor::from_vector(keep, {2, 1, 1, 300});
   Tensor added = where(allowed, full({}, 0.0), full({}, -INFINITY));
   Tensor cotangent = randn({2, 3, 150, 8});
-  const auto run = [&](const Tensor& mask) {
-    std::vector<Tensor> leaves = {add(q, 0.0).requires_grad_(), add(k, 0.0).requires_grad_(),
-                                  add(v, 0.0).requires_grad_()};
-    Tensor y = nn::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], mask, 0, true);
-    const std::string op = made_by(y);
-    sum(mul(y, cotangent)).backward();
-    std::vector<Values> result = {values_of(y)};
-    for (const Tensor& leaf : leaves) result.push_back(values_of(leaf.grad()));
-    return std::make_pair(op, result);
-  };
-  const auto [fused_op, fused] = run(allowed);
+  const auto [fused_op, fused] = attend(q, k, v, allowed, true, cotangent);
   Tensor learnable = add(added, 0.0).requires_grad_();
-  const auto [composed_op, composed] = run(learnable);
+  const auto [composed_op, composed] = attend(q, k, v, learnable, true, cotangent);
   EXPECT_EQ(fused_op, "scaled_dot_product_attention");
   EXPECT_EQ(composed_op, "matmul");
   for (size_t k = 0; k < fused.size(); ++k) {
@@ -180,6 +187,49 @@ TEST(ScaledDotProductAttention, FusedKernelMatchesTheComposition) {
     expect_near(fused[k], composed[k], 2e-5);
   }
   EXPECT_TRUE(learnable.grad().defined());
+}
+
+// Random shapes, masks and causality in float64, the fused kernel against
+// the composition of ops (which a float mask that requires a gradient
+// selects): sequences of 1 to 1100 keys (the kernel's blocks of queries get
+// shorter as keys grow: two or more blocks from 66 queries at 1000 keys),
+// more queries than keys and fewer, one feature, with and without a mask.
+TEST(ScaledDotProductAttention, FusedKernelMatchesTheCompositionOnRandomShapes) {
+  std::mt19937 draw(12);
+  const auto pick = [&](int64_t low, int64_t high) {
+    return std::uniform_int_distribution<int64_t>(low, high)(draw);
+  };
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t batch = pick(1, 2), heads = pick(1, 3), features = pick(1, 5),
+                  value_features = pick(1, 4);
+    const bool long_keys = trial % 6 == 5;
+    const int64_t queries = long_keys ? pick(60, 140) : pick(1, 9);
+    const int64_t keys = long_keys ? pick(900, 1100) : pick(1, 9);
+    const bool causal = pick(0, 1) == 1, masked = pick(0, 2) > 0;
+    SCOPED_TRACE(str_cat("trial ", trial, ": [", batch, ", ", heads, "] L ", queries, " S ", keys,
+                         " E ", features, " Ev ", value_features, causal ? " causal" : "",
+                         masked ? " masked" : ""));
+    manual_seed(100 + trial);
+    Tensor q = randn64({batch, heads, queries, features});
+    Tensor k = randn64({batch, heads, keys, features});
+    Tensor v = randn64({batch, heads, keys, value_features});
+    // Key padding per sample, never hiding key 0, so that no row is empty.
+    std::vector<bool> keep(static_cast<size_t>(batch * keys), true);
+    for (size_t j = 0; j < keep.size(); ++j) keep[j] = j % keys == 0 || pick(0, 3) > 0;
+    Tensor allowed = Tensor::from_vector(keep, {batch, 1, 1, keys});
+    Tensor cotangent = randn64({batch, heads, queries, value_features});
+    // The same mask added to the scores (0 or -inf), or one that hides
+    // nothing, needing a gradient so that the call composes ops.
+    Tensor added = masked ? where(allowed, full({}, 0.0, DType::kFloat64),
+                                  full({}, -INFINITY, DType::kFloat64))
+                          : full({1, 1, 1, keys}, 0.0, DType::kFloat64);
+    const auto [fused_op, fused] = attend(q, k, v, masked ? allowed : Tensor(), causal, cotangent);
+    const auto [composed_op, composed] =
+        attend(q, k, v, add(added, 0.0).requires_grad_(), causal, cotangent);
+    ASSERT_EQ(fused_op, "scaled_dot_product_attention");
+    ASSERT_EQ(composed_op, "matmul");
+    for (size_t i = 0; i < fused.size(); ++i) expect_near(fused[i], composed[i], 1e-10);
+  }
 }
 
 // Dropout inside the kernel: each weight is kept with probability 1 - p and
