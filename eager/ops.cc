@@ -373,16 +373,20 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                        const Tensor& mask, bool causal, double scale, double dropout_p,
-                       Location where) {
+                       int64_t heads, Location where) {
   std::vector<Tensor> inputs = {query, key, value};
   if (mask.defined()) inputs.push_back(mask);
   // A seed whether or not dropout draws: a hybridized replay gives every
   // random op a fresh one (trace/executor.h), and eager calls must take as
   // many from the generator for the ops after them to see the same seeds.
   const auto seed = static_cast<int64_t>(next_seed());
-  return kernels::call(
-      "scaled_dot_product_attention", inputs,
-      {{"scale", scale}, {"causal", causal}, {"dropout_p", dropout_p}, {"seed", seed}}, where)[0];
+  return kernels::call("scaled_dot_product_attention", inputs,
+                       {{"scale", scale},
+                        {"causal", causal},
+                        {"dropout_p", dropout_p},
+                        {"seed", seed},
+                        {"heads", heads}},
+                       where)[0];
 }
 std::vector<Tensor> lstm_layer(const Tensor& projected, const Tensor& weight_hh,
                                const Tensor& bias_hh, const Tensor& h0, const Tensor& c0,

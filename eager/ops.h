@@ -337,10 +337,13 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 // [..., L, E], key [..., S, E], value [..., S, Ev] share their leading axes;
 // mask is undefined, or has query's rank with each axis 1 or the scores'
 // ([..., L, S]): bool (true: may attend) or of query's dtype (added);
-// causal keeps key j <= query i. float32 and float64.
+// causal keeps key j <= query i. float32 and float64. With heads > 0,
+// query, key and value are [N, L, heads, E] instead (a [batch, seq, embed]
+// tensor reshaped, so that a multi-head layer needs no transposes), the
+// output [N, L, heads, Ev], and the mask is laid out as for [N, heads, L, E].
 Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                        const Tensor& mask, bool causal, double scale, double dropout_p,
-                       TANDEM_HERE);
+                       int64_t heads = 0, TANDEM_HERE);
 // One LSTM layer in one direction over a whole sequence, in one op: the
 // recurrence behind nn::LSTM (use that). projected = x W_ih^T + b_ih
 // [batch, seq, 4 * hidden], gates in torch's order (input, forget, cell,

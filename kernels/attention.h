@@ -40,6 +40,11 @@ struct AttentionGeometry {
   static constexpr int kMaxLeadingAxes = 8;
 
   int64_t batch = 1;  // The product of the leading axes.
+  // 0: query [..., L, E], the heads among the leading axes. h > 0: query
+  // [N, L, h, E], a [batch, seq, embed] tensor with its heads split off (so
+  // a multi-head layer needs no transposes), whose leading axes are,
+  // logically, [N, h]; key, value, out and lse ([N, L, h]) likewise.
+  int64_t heads = 0;
   int64_t queries = 0, keys = 0, features = 0, value_features = 0;
   double scale = 1;
   bool causal = false;
@@ -63,6 +68,14 @@ struct AttentionGeometry {
     }
     return offset;
   }
+
+  // The row (of E or Ev elements, or of one for lse) that holds position i
+  // of leading index b in a tensor of `length` positions.
+  TANDEM_HOST_DEVICE int64_t row(int64_t b, int64_t i, int64_t length) const {
+    return heads == 0 ? b * length + i : ((b / heads) * length + i) * heads + b % heads;
+  }
+  // Rows from position i to i + 1.
+  TANDEM_HOST_DEVICE int64_t row_step() const { return heads == 0 ? 1 : heads; }
 
   // How many keys, from key 0, query i may see: all, or i + 1 when causal.
   TANDEM_HOST_DEVICE int64_t visible_keys(int64_t i) const {

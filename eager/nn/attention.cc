@@ -28,16 +28,29 @@ Tensor keep_allowed(const Tensor& scores, const Tensor& allowed, std::source_loc
   return where(allowed, scores, full({}, -kInfinity, scores.dtype(), scores.device(), site), site);
 }
 
+// Whether `mask` suits the fused kernel for scores whose axes before [L, S]
+// are `leading`: undefined, or needing no gradient (the kernel gives it
+// none) and, with ones in front, 1 or the scores' size along each of them.
+bool mask_fusable(const Tensor& mask, const Dims& leading) {
+  if (!mask.defined()) return true;
+  const int rank = static_cast<int>(leading.size()) + 2;
+  if (mask.rank() > rank || (mask.dtype() != DType::kBool && mask.requires_grad())) return false;
+  const int missing = rank - mask.rank();
+  for (int axis = missing; axis + 2 < rank; ++axis) {
+    const int64_t size = mask.shape()[axis - missing];
+    if (size != 1 && size != leading[static_cast<size_t>(axis)]) return false;
+  }
+  return true;
+}
+
+bool floating(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+
 // Whether the fused kernel (fused_attention) computes this call: query, key
 // and value of one floating dtype and rank, sharing their leading axes, and
-// a mask that broadcasts along them and needs no gradient (the kernel gives
-// it none). Other calls take the composition of ops.
+// a mask_fusable one. Other calls take the composition of ops.
 bool fusable(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& mask) {
   const DType dtype = query.dtype();
-  if ((dtype != DType::kFloat32 && dtype != DType::kFloat64) || key.dtype() != dtype ||
-      value.dtype() != dtype) {
-    return false;
-  }
+  if (!floating(dtype) || key.dtype() != dtype || value.dtype() != dtype) return false;
   const int rank = query.rank();
   if (key.rank() != rank || value.rank() != rank ||
       rank - 2 > kernels::AttentionGeometry::kMaxLeadingAxes) {
@@ -48,14 +61,7 @@ bool fusable(const Tensor& query, const Tensor& key, const Tensor& value, const 
       return false;
     }
   }
-  if (!mask.defined()) return true;
-  if (mask.rank() > rank || (mask.dtype() != DType::kBool && mask.requires_grad())) return false;
-  const int missing = rank - mask.rank();
-  for (int axis = missing; axis + 2 < rank; ++axis) {
-    const int64_t size = mask.shape()[axis - missing];
-    if (size != 1 && size != query.shape()[axis]) return false;
-  }
-  return true;
+  return mask_fusable(mask, Dims(query.shape().begin(), query.shape().end() - 2));
 }
 
 // `mask` with axes of size 1 in front, up to `rank`.
@@ -107,7 +113,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     return fused_attention(
         query, key, value,
         attn_mask.defined() ? with_rank(attn_mask, query.rank(), site) : attn_mask, is_causal,
-        factor, dropout_p, site);
+        factor, dropout_p, 0, site);
   }
   // Scaling the query costs L x E multiplications, the scores L x S.
   Tensor scores =
@@ -235,10 +241,23 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
         reshape(additive(key_padding_mask, "key_padding_mask"), {batch, 1, 1, keys}, site);
     mask = mask.defined() ? add(mask, padding, site) : padding;
   }
-  Tensor y =
-      scaled_dot_product_attention(split_heads(q), split_heads(k), split_heads(v), mask,
-                                   is_training() ? options_.dropout : 0, is_causal, {}, site);
-  Tensor out = (*out_proj_)(merge_heads(y), site);
+  const double dropout = is_training() ? options_.dropout : 0;
+  Tensor merged;
+  if (floating(q.dtype()) && mask_fusable(mask, {batch, heads})) {
+    // The fused kernel reads the heads in place: [batch, seq, heads, head
+    // dim] is a view of the projection, and its output one of [batch, seq,
+    // embed_dim] (Note [Attention: one kernel, or a composition of ops]).
+    const int64_t d = e / heads;
+    Tensor y = fused_attention(
+        reshape(q, {batch, queries, heads, d}, site), reshape(k, {batch, keys, heads, d}, site),
+        reshape(v, {batch, keys, heads, d}, site), mask.defined() ? with_rank(mask, 4, site) : mask,
+        is_causal, 1 / std::sqrt(static_cast<double>(d)), dropout, heads, site);
+    merged = reshape(y, {batch, queries, e}, site);
+  } else {
+    merged = merge_heads(scaled_dot_product_attention(
+        split_heads(q), split_heads(k), split_heads(v), mask, dropout, is_causal, {}, site));
+  }
+  Tensor out = (*out_proj_)(merged, site);
   return options_.batch_first ? out : transpose(out, {1, 0, 2}, site);
 }
 

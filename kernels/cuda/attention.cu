@@ -31,8 +31,8 @@ struct Rows {
 
   // The score of (b, i, j), -inf where the query may not attend.
   __device__ double score(int64_t b, int64_t i, int64_t j) const {
-    const T* qi = q + (b * g.queries + i) * g.features;
-    const T* kj = k + (b * g.keys + j) * g.features;
+    const T* qi = q + g.row(b, i, g.queries) * g.features;
+    const T* kj = k + g.row(b, j, g.keys) * g.features;
     double dot = 0;
     for (int64_t e = 0; e < g.features; ++e) {
       dot += static_cast<double>(qi[e]) * static_cast<double>(kj[e]);
@@ -67,13 +67,14 @@ struct Forward {
     double sum = 0;
     for (int64_t j = 0; j < n; ++j) sum += exp(rows.score(b, i, j) - shift);
     const double log_sum = shift + log(sum);
-    lse[row] = static_cast<T>(log_sum);
-    T* o = out + row * g.value_features;
+    const int64_t at = g.row(b, i, g.queries);
+    lse[at] = static_cast<T>(log_sum);
+    T* o = out + at * g.value_features;
     for (int64_t e = 0; e < g.value_features; ++e) o[e] = T{0};
     const CounterRng rng(g.seed);
     for (int64_t j = 0; j < n; ++j) {
       const double w = exp(rows.score(b, i, j) - log_sum) * g.dropout_factor(rng, b, i, j);
-      const T* vj = rows.v + (b * g.keys + j) * g.value_features;
+      const T* vj = rows.v + g.row(b, j, g.keys) * g.value_features;
       for (int64_t e = 0; e < g.value_features; ++e) {
         o[e] = static_cast<T>(static_cast<double>(o[e]) + w * static_cast<double>(vj[e]));
       }
@@ -96,19 +97,20 @@ struct Backward {
     const AttentionGeometry& g = rows.g;
     const int64_t b = row / g.queries, i = row - b * g.queries;
     const int64_t e_q = g.features, e_v = g.value_features;
-    const T* go = grad_out + row * e_v;
-    const T* o = out + row * e_v;
-    double d = -static_cast<double>(grad_lse[row]);
+    const int64_t at = g.row(b, i, g.queries);
+    const T* go = grad_out + at * e_v;
+    const T* o = out + at * e_v;
+    double d = -static_cast<double>(grad_lse[at]);
     for (int64_t e = 0; e < e_v; ++e) d += static_cast<double>(go[e]) * static_cast<double>(o[e]);
-    T* dqi = dq + row * e_q;
+    T* dqi = dq + at * e_q;
     for (int64_t e = 0; e < e_q; ++e) dqi[e] = T{0};
-    const T* qi = rows.q + row * e_q;
+    const T* qi = rows.q + at * e_q;
     const CounterRng rng(g.seed);
     const int64_t n = g.visible_keys(i);
     for (int64_t j = 0; j < n; ++j) {
-      const double p = exp(rows.score(b, i, j) - static_cast<double>(lse[row]));
+      const double p = exp(rows.score(b, i, j) - static_cast<double>(lse[at]));
       const double f = g.dropout_factor(rng, b, i, j);
-      const int64_t key = b * g.keys + j;
+      const int64_t key = g.row(b, j, g.keys);
       const T* vj = rows.v + key * e_v;
       double dw = 0;
       for (int64_t e = 0; e < e_v; ++e) {

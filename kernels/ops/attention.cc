@@ -25,8 +25,29 @@
 
 namespace tandem::kernels {
 
+// [N, L, h, E] seen as [N, h, L, E].
+Shape heads_first(const Shape& s) { return s.rank() == 4 ? Shape{s[0], s[2], s[1], s[3]} : s; }
+
+Attrs with_heads(const Attrs& attrs, int64_t heads) {
+  Attrs changed = attrs;
+  changed.set("heads", heads);
+  return changed;
+}
+
 AttentionGeometry attention_geometry(const Shape& q, const Shape& k, const Shape& v,
                                      const Shape* mask, DType mask_dtype, const Attrs& attrs) {
+  const int64_t heads = attrs.get_int("heads");
+  if (heads != 0) {
+    const bool split = heads > 0 && q.rank() == 4 && k.rank() == 4 && v.rank() == 4 &&
+                       q[2] == heads && k[2] == heads && v[2] == heads;
+    TANDEM_CHECK(split, "with heads = ", heads, ", query, key and value must be [N, sequence, ",
+                 heads, ", features], got query ", q.to_string(), ", key ", k.to_string(),
+                 " and value ", v.to_string());
+    AttentionGeometry g = attention_geometry(heads_first(q), heads_first(k), heads_first(v), mask,
+                                             mask_dtype, with_heads(attrs, 0));
+    g.heads = heads;
+    return g;
+  }
   const auto shapes = [&] {
     return str_cat("query ", q.to_string(), ", key ", k.to_string(), " and value ", v.to_string());
   };
@@ -228,8 +249,9 @@ struct AttentionData {
   // from i0 and n keys from 0.
   void scores(int64_t b, int64_t i0, int64_t rows, int64_t n, T* out) const {
     const int64_t e = g.features;
-    cpu::gemm(false, true, rows, n, e, static_cast<T>(g.scale), q + (b * g.queries + i0) * e, e,
-              k + b * g.keys * e, e, T{0}, out, n);
+    const int64_t step = g.row_step() * e;
+    cpu::gemm(false, true, rows, n, e, static_cast<T>(g.scale), q + g.row(b, i0, g.queries) * e,
+              step, k + g.row(b, 0, g.keys) * e, step, T{0}, out, n);
     for (int64_t r = 0; r < rows; ++r) mask_scores(b, i0 + r, out + r * n, n);
   }
 
@@ -255,19 +277,25 @@ int64_t block_rows(const AttentionGeometry& g) {
   return std::max<int64_t>(std::min(rows, g.queries), 1);
 }
 
-// A call's multiply-adds, batch * L * S * (E + Ev) from query [..., L, E]
-// and value [..., S, Ev] (saturating: it only steers threading), for
-// OpDef::work; at most onednn::kOneThreadWork of them run on one thread
-// (Note [Small primitives on one thread] in kernels/cpu/onednn.h).
+// A call's multiply-adds, about batch * L * S * (E + Ev), from the shapes
+// alone (OpDef::work sees no attributes, so not the layout): every query
+// row times the key rows of its first leading index. That is exact with one
+// leading axis and over by the heads with more, or with heads split off,
+// which only keeps more calls off a single thread. Saturating: it only
+// steers threading. At most onednn::kOneThreadWork of them run on one
+// thread (Note [Small primitives on one thread] in kernels/cpu/onednn.h).
 int64_t multiply_adds(const Shape& query, const Shape& value) {
-  const int64_t queries = query[query.rank() - 2], keys = value[value.rank() - 2];
-  int64_t scores_side, values_side, sum;
-  if (__builtin_mul_overflow(query.numel(), keys, &scores_side) ||
-      __builtin_mul_overflow(value.numel(), queries, &values_side) ||
-      __builtin_add_overflow(scores_side, values_side, &sum)) {
+  const int64_t e = std::max<int64_t>(query[query.rank() - 1], 1);
+  const int64_t ev = value[value.rank() - 1];
+  const int64_t lead = query.rank() >= 3 ? std::max<int64_t>(query[0], 1) : 1;
+  const int64_t query_rows = query.numel() / e;
+  const int64_t key_rows = value.numel() / std::max<int64_t>(ev, 1) / lead;
+  int64_t pairs, work;
+  if (__builtin_mul_overflow(query_rows, key_rows, &pairs) ||
+      __builtin_mul_overflow(pairs, e + ev, &work)) {
     return std::numeric_limits<int64_t>::max();
   }
-  return sum;
+  return work;
 }
 int64_t attention_work(const CallShapes& shapes) {
   return multiply_adds(*shapes.inputs[0], *shapes.inputs[2]);
@@ -297,23 +325,26 @@ void attention_kernel(const KernelContext& c) {
         const int64_t b = task / blocks, i0 = (task % blocks) * rows;
         const int64_t height = std::min(rows, g.queries - i0);
         const int64_t n = g.visible_keys(i0 + height - 1);  // The keys any row of it sees.
-        T* o = out + (b * g.queries + i0) * ev;
-        T* l = lse + b * g.queries + i0;
+        const int64_t step = g.row_step();
+        T* o = out + g.row(b, i0, g.queries) * ev;
+        T* l = lse + g.row(b, i0, g.queries);
         if (n == 0) {  // No keys: the sum over them is 0.
-          std::fill(o, o + height * ev, T{0});
-          std::fill(l, l + height, -std::numeric_limits<T>::infinity());
+          for (int64_t r = 0; r < height; ++r) {
+            std::fill(o + r * step * ev, o + r * step * ev + ev, T{0});
+            l[r * step] = -std::numeric_limits<T>::infinity();
+          }
           continue;
         }
         weights.resize(static_cast<size_t>(height * n));
         data.scores(b, i0, height, n, weights.data());
         for (int64_t r = 0; r < height; ++r) {
-          l[r] = softmax_row(weights.data() + r * n, n);
+          l[r * step] = softmax_row(weights.data() + r * n, n);
         }
         if (g.dropout_p > 0) {
           data.dropout_factors(b, i0, height, n, [&](int64_t k, T f) { weights[k] *= f; });
         }
-        cpu::gemm(false, false, height, ev, n, T{1}, weights.data(), n, data.v + b * g.keys * ev,
-                  ev, T{0}, o, ev);
+        cpu::gemm(false, false, height, ev, n, T{1}, weights.data(), n,
+                  data.v + g.row(b, 0, g.keys) * ev, step * ev, T{0}, o, step * ev);
       }
     });
   });
@@ -343,27 +374,39 @@ void attention_backward_kernel(const KernelContext& c) {
     T* dk = c.outputs[1].data<T>();
     T* dv = c.outputs[2].data<T>();
     const int64_t e = g.features, ev = g.value_features, s = g.keys;
+    // Rows from one position to the next, in elements of each width.
+    const int64_t step = g.row_step(), step_e = step * e, step_ev = step * ev;
     parallel_for(g.batch, 1, [&](int64_t begin, int64_t end) {
       std::vector<T> p, dp, dropped;
       for (int64_t b = begin; b < end; ++b) {
-        std::fill(dk + b * s * e, dk + (b + 1) * s * e, T{0});
-        std::fill(dv + b * s * ev, dv + (b + 1) * s * ev, T{0});
+        T* dk_b = dk + g.row(b, 0, s) * e;
+        T* dv_b = dv + g.row(b, 0, s) * ev;
+        const T* k_b = data.k + g.row(b, 0, s) * e;
+        const T* v_b = data.v + g.row(b, 0, s) * ev;
+        for (int64_t j = 0; j < s; ++j) {
+          std::fill(dk_b + j * step_e, dk_b + j * step_e + e, T{0});
+          std::fill(dv_b + j * step_ev, dv_b + j * step_ev + ev, T{0});
+        }
         for (int64_t i0 = 0; i0 < g.queries; i0 += rows) {
           const int64_t height = std::min(rows, g.queries - i0);
           const int64_t n = g.visible_keys(i0 + height - 1);
-          const int64_t first = b * g.queries + i0;  // The block's first row of [batch * L].
+          const int64_t first = g.row(b, i0, g.queries);  // The block's first row.
           if (n == 0) {
-            std::fill(dq + first * e, dq + (first + height) * e, T{0});
+            for (int64_t r = 0; r < height; ++r) {
+              std::fill(dq + first * e + r * step_e, dq + first * e + r * step_e + e, T{0});
+            }
             continue;
           }
           p.resize(static_cast<size_t>(height * n));
           dp.resize(p.size());
           data.scores(b, i0, height, n, p.data());
-          for (int64_t r = 0; r < height; ++r) exp_row(p.data() + r * n, n, lse[first + r]);
+          for (int64_t r = 0; r < height; ++r) {
+            exp_row(p.data() + r * n, n, lse[first + r * step]);
+          }
           const T* g_out = grad_out + first * ev;
           // dW; then, under dropout, dP = dW * F and W = P * F (in `dropped`).
-          cpu::gemm(false, true, height, n, ev, T{1}, g_out, ev, data.v + b * s * ev, ev, T{0},
-                    dp.data(), n);
+          cpu::gemm(false, true, height, n, ev, T{1}, g_out, step_ev, v_b, step_ev, T{0}, dp.data(),
+                    n);
           const T* w = p.data();
           if (g.dropout_p > 0) {
             dropped.resize(p.size());
@@ -373,20 +416,20 @@ void attention_backward_kernel(const KernelContext& c) {
             });
             w = dropped.data();
           }
-          cpu::gemm(true, false, n, ev, height, T{1}, w, n, g_out, ev, T{1}, dv + b * s * ev, ev);
+          cpu::gemm(true, false, n, ev, height, T{1}, w, n, g_out, step_ev, T{1}, dv_b, step_ev);
           for (int64_t r = 0; r < height; ++r) {
-            const T* o = out + (first + r) * ev;
-            const T* go = g_out + r * ev;
+            const T* o = out + (first + r * step) * ev;
+            const T* go = g_out + r * step_ev;
             T d = 0;
             for (int64_t j = 0; j < ev; ++j) d += go[j] * o[j];
-            d -= grad_lse[first + r];
+            d -= grad_lse[first + r * step];
             softmax_gradient_row(dp.data() + r * n, p.data() + r * n, n, d);
           }
           const auto scale = static_cast<T>(g.scale);
-          cpu::gemm(false, false, height, e, n, scale, dp.data(), n, data.k + b * s * e, e, T{0},
-                    dq + first * e, e);
-          cpu::gemm(true, false, n, e, height, scale, dp.data(), n, data.q + first * e, e, T{1},
-                    dk + b * s * e, e);
+          cpu::gemm(false, false, height, e, n, scale, dp.data(), n, k_b, step_e, T{0},
+                    dq + first * e, step_e);
+          cpu::gemm(true, false, n, e, height, scale, dp.data(), n, data.q + first * e, step_e,
+                    T{1}, dk_b, step_e);
         }
       }
     });
@@ -414,7 +457,7 @@ std::vector<Tensor> attention_gradient(const GradContext& c) {
 
 std::vector<AttrSpec> attention_attrs() {
   return {required("scale", 0.0), optional("causal", false), optional("dropout_p", 0.0),
-          optional("seed", int64_t{0})};
+          optional("seed", int64_t{0}), optional("heads", int64_t{0})};
 }
 
 }  // namespace

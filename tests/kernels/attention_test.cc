@@ -31,10 +31,42 @@ struct Call {
   bool causal = false;
   double dropout_p = 0;
   int64_t seed = 0;
+  int64_t heads = 0;
   Attrs attrs() const {
-    return {{"scale", scale}, {"causal", causal}, {"dropout_p", dropout_p}, {"seed", seed}};
+    return {{"scale", scale},
+            {"causal", causal},
+            {"dropout_p", dropout_p},
+            {"seed", seed},
+            {"heads", heads}};
   }
 };
+
+// t with axes 1 and 2 swapped: [N, L, h, E] <-> [N, h, L, E], and lse's
+// [N, L, h] <-> [N, h, L].
+Tensor swap_axes_1_2(const Tensor& t) {
+  const HostTensor host(t);
+  Shape::Dims dims(host.shape.begin(), host.shape.end());
+  std::swap(dims[1], dims[2]);
+  return build(Shape(dims), t.dtype(), [&](const Index& at) {
+    Index from = at;
+    std::swap(from[1], from[2]);
+    return host.at(from);
+  });
+}
+
+// A call with heads split off ([N, L, h, E]) as the same call on [N, h, L,
+// E]: `reference` of the swapped tensors (the first `swapped` inputs),
+// its outputs swapped back.
+template <class Reference>
+std::vector<Tensor> with_heads_first(const Inputs& in, size_t swapped, Call call,
+                                     Reference reference) {
+  Inputs first = in;
+  for (size_t k = 0; k < swapped; ++k) first[k] = swap_axes_1_2(in[k]);
+  call.heads = 0;
+  std::vector<Tensor> out = reference(first, call);
+  for (Tensor& t : out) t = swap_axes_1_2(t);
+  return out;
+}
 
 // The problem in plain numbers: [batch][L or S][features], the mask read at
 // (b, i, j) through its broadcast shape.
@@ -114,6 +146,7 @@ struct Problem {
 };
 
 std::vector<Tensor> forward_reference(const Inputs& in, const Call& call) {
+  if (call.heads > 0) return with_heads_first(in, 3, call, forward_reference);
   const Problem p(in, 3, call);
   std::vector<double> out, lse;
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -139,6 +172,7 @@ std::vector<Tensor> forward_reference(const Inputs& in, const Call& call) {
 // The gradients of <out, g_out> + <lse, g_lse> by the chain rule through
 // s -> P = softmax(s) -> W = P * drop -> out = W v.
 std::vector<Tensor> backward_reference(const Inputs& in, const Call& call) {
+  if (call.heads > 0) return with_heads_first(in, 7, call, backward_reference);
   const Problem p(in, 7, call);
   const HostTensor g_out(in[5]), g_lse(in[6]);
   std::vector<double> dq(p.q.values.size()), dk(p.k.values.size()), dv(p.v.values.size());
@@ -242,6 +276,17 @@ TANDEM_OP_TEST_ROWS(attention) {
   no_keys.check_gradient = false;
   rows.push_back(no_keys);
 
+  // Heads split off: [N, L, h, E], with a key padding mask and with an added
+  // mask per head and dropout.
+  add_both(rows, forward_row("heads_split_padding",
+                             {qkv({2, 3, 2, 4}, 50), qkv({2, 5, 2, 4}, 51), qkv({2, 5, 2, 3}, 52),
+                              bools({2, 1, 1, 5}, [](int64_t k) { return k == 9; })},
+                             {.scale = 0.5, .causal = true, .heads = 2}));
+  add_both(rows, forward_row("heads_split_added_mask_dropout",
+                             {qkv({2, 4, 3, 2}, 53), qkv({2, 3, 3, 2}, 54), qkv({2, 3, 3, 4}, 55),
+                              qkv({1, 3, 4, 3}, 56)},
+                             {.scale = 0.8, .dropout_p = 0.2, .seed = 5, .heads = 3}));
+
   // The backward at the forward's own outputs, with cotangents on both.
   const auto backward_row = [&](std::string name, Inputs forward, Call call) {
     std::vector<Tensor> outs = forward_reference(forward, call);
@@ -267,6 +312,10 @@ TANDEM_OP_TEST_ROWS(attention) {
                {.scale = 0.7, .causal = true, .dropout_p = 0.25, .seed = 3});
   backward_row("two_blocks", {qkv({1, 300, 2}, 23), qkv({1, 7, 2}, 24), qkv({1, 7, 3}, 25)},
                {.scale = 0.8, .causal = true});
+  backward_row("heads_split",
+               {qkv({2, 4, 3, 2}, 53), qkv({2, 3, 3, 2}, 54), qkv({2, 3, 3, 4}, 55),
+                bools({2, 1, 1, 3}, [](int64_t k) { return k == 5; })},
+               {.scale = 0.8, .causal = true, .dropout_p = 0.2, .seed = 5, .heads = 3});
   return rows;
 }
 
@@ -291,6 +340,10 @@ TEST(AttentionOpTest, NamesShapesThatDoNotFit) {
       HasSubstr("dropout_p must be in [0, 1), got 1"));
   EXPECT_THAT(call_error({qkv({3, 4}, 1), qkv({5, 4}, 2), qkv({5, 3}, 3)}, {.scale = kInf}),
               HasSubstr("scale must be finite"));
+  EXPECT_THAT(call_error({qkv({2, 3, 2, 4}, 1), qkv({2, 5, 3, 4}, 2), qkv({2, 5, 2, 3}, 3)},
+                         {.scale = 1, .heads = 2}),
+              HasSubstr("with heads = 2, query, key and value must be [N, sequence, 2, "
+                        "features], got query [2, 3, 2, 4], key [2, 5, 3, 4]"));
 }
 
 }  // namespace
