@@ -16,6 +16,7 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/primitive_cache.h"
 #include "kernels/cpu/row_linear.h"
@@ -212,12 +213,8 @@ void matmul_onednn(const MatmulGeometry& g, const Tensor& a, const Tensor& b, co
 // needs no primitive lookup. Both run on oneDNN's OpenMP threads.
 void matmul_sgemm(const MatmulGeometry& g, const float* a, const float* b, float* out) {
   // Row-major leading dimensions of the operands as stored.
-  onednn::warm_up_gemm();  // Note [oneDNN's gemm, warmed when first needed].
-  const dnnl_dim_t lda = g.transpose_a ? g.m : g.k, ldb = g.transpose_b ? g.k : g.n;
-  dnnl_status_t status = dnnl_sgemm(g.transpose_a ? 'T' : 'N', g.transpose_b ? 'T' : 'N', g.m, g.n,
-                                    g.k, 1.0f, a, lda, b, ldb, 0.0f, out, g.n);
-  TANDEM_CHECK(status == dnnl_success, "oneDNN's sgemm failed (status ", static_cast<int>(status),
-               ") for a ", g.m, "x", g.k, " by ", g.k, "x", g.n, " product");
+  cpu::gemm(g.transpose_a, g.transpose_b, g.m, g.n, g.k, 1.0f, a, g.transpose_a ? g.m : g.k, b,
+            g.transpose_b ? g.k : g.n, 0.0f, out, g.n);
 }
 
 // Below this many multiply-adds (a 16x16x16 product) the plain loops finish
