@@ -388,16 +388,23 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
                         {"heads", heads}},
                        where)[0];
 }
-std::vector<Tensor> lstm_layer(const Tensor& projected, const Tensor& weight_hh,
-                               const Tensor& bias_hh, const Tensor& h0, const Tensor& c0,
-                               bool reverse, Location where) {
+std::vector<Tensor> recurrent_layer(RecurrentKind kind, const Tensor& projected,
+                                    const Tensor& weight_hh, const Tensor& bias_hh,
+                                    const Tensor& h0, const Tensor& c0, bool reverse,
+                                    Location where) {
+  const bool lstm = kind == RecurrentKind::kLstm;
+  TANDEM_CHECK(lstm || !c0.defined(), "recurrent_layer: only an LSTM has a cell state c0");
   std::vector<Tensor> inputs = {projected, weight_hh, bias_hh};
   if (h0.defined()) inputs.push_back(h0);
   if (c0.defined()) inputs.push_back(c0);
-  std::vector<Tensor> out = kernels::call(
-      "lstm", inputs,
-      {{"reverse", reverse}, {"initial_h", h0.defined()}, {"initial_c", c0.defined()}}, where);
-  out.resize(3);  // The cells and gates are the backward's.
+  Attrs attrs = {{"reverse", reverse}, {"initial_h", h0.defined()}};
+  if (lstm) attrs.set("initial_c", c0.defined());
+  const char* op = lstm                              ? "lstm"
+                   : kind == RecurrentKind::kGru     ? "gru"
+                   : kind == RecurrentKind::kRnnRelu ? "rnn_relu"
+                                                     : "rnn_tanh";
+  std::vector<Tensor> out = kernels::call(op, inputs, attrs, where);
+  out.resize(lstm ? 3 : 2);  // The rest is saved for the backward.
   return out;
 }
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,

@@ -344,15 +344,18 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                        const Tensor& mask, bool causal, double scale, double dropout_p,
                        int64_t heads = 0, TANDEM_HERE);
-// One LSTM layer in one direction over a whole sequence, in one op: the
-// recurrence behind nn::LSTM (use that). projected = x W_ih^T + b_ih
-// [batch, seq, 4 * hidden], gates in torch's order (input, forget, cell,
-// output); h0 and c0 [batch, hidden] or undefined for zeros; `reverse`
-// runs from the last step. Returns the output at every step [batch, seq,
-// hidden] and the final h and c.
-std::vector<Tensor> lstm_layer(const Tensor& projected, const Tensor& weight_hh,
-                               const Tensor& bias_hh, const Tensor& h0, const Tensor& c0,
-                               bool reverse, TANDEM_HERE);
+// The recurrences of nn::RNN (tanh or relu), nn::LSTM and nn::GRU.
+enum class RecurrentKind { kRnnTanh, kRnnRelu, kLstm, kGru };
+// One recurrent layer in one direction over a whole sequence, in one op
+// (rnn_tanh, rnn_relu, lstm or gru): the recurrence behind nn::RNN, LSTM
+// and GRU (use those). projected = x W_ih^T + b_ih [batch, seq, gates *
+// hidden], gates in torch's order (LSTM: input, forget, cell, output; GRU:
+// reset, update, new); h0 (and for LSTM c0) [batch, hidden] or undefined
+// for zeros; `reverse` runs from the last step. Returns the output at every
+// step [batch, seq, hidden] and the final h (and for LSTM c).
+std::vector<Tensor> recurrent_layer(RecurrentKind kind, const Tensor& projected,
+                                    const Tensor& weight_hh, const Tensor& bias_hh,
+                                    const Tensor& h0, const Tensor& c0, bool reverse, TANDEM_HERE);
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
                   const Dims& padding = {0, 0}, TANDEM_HERE);
 // max_pool2d's values and, as torch's return_indices, where each came from:

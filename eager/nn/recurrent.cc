@@ -98,8 +98,8 @@ RecurrentState RecurrentBase::step(const Weights& w, const Tensor& projected,
                                    const RecurrentState& state) const {
   const std::source_location site = call_site();
   const int64_t hidden = hidden_size_;
-  // h W_hh^T + b_hh; b_hh alone for a zero state (Note [Recurrence as a
-  // composition of ops]).
+  // h W_hh^T + b_hh; b_hh alone for a zero state (Note [Recurrence in one
+  // op]).
   const Tensor recurrent = state.h.defined() ? linear(state.h, w.hh, w.bias_hh, site) : w.bias_hh;
   switch (kind_) {
     case RecurrentKind::kRnnTanh:
@@ -130,18 +130,6 @@ RecurrentState RecurrentBase::step(const Weights& w, const Tensor& projected,
   throw Error("unreachable");
 }
 
-RecurrentState Recurrent::run_direction(const Weights& w, const std::vector<Tensor>& steps,
-                                        bool reverse, RecurrentState state,
-                                        std::vector<Tensor>& outputs) const {
-  const size_t count = steps.size();
-  for (size_t i = 0; i < count; ++i) {
-    const size_t t = reverse ? count - 1 - i : i;
-    state = step(w, steps[t], state);
-    outputs[t] = state.h;
-  }
-  return state;
-}
-
 RecurrentResult Recurrent::run(const Tensor& x, const Tensor& h0, const Tensor& c0,
                                bool final_states) {
   const std::source_location site = call_site();
@@ -152,7 +140,7 @@ RecurrentResult Recurrent::run(const Tensor& x, const Tensor& h0, const Tensor& 
       type_name(), "(input_size=", o.input_size, ") expects input of shape ", layout, o.input_size,
       "] with a non-empty sequence, got ", x.shape().to_string());
   Tensor input = o.batch_first ? x : transpose(x, {1, 0, 2}, site);
-  const int64_t batch = input.shape()[0], length = input.shape()[1];
+  const int64_t batch = input.shape()[0];
   const int64_t directions = o.bidirectional ? 2 : 1, hidden = o.hidden_size;
   const int64_t states = o.num_layers * directions;
   const Shape state_shape{states, batch, hidden};
@@ -177,27 +165,13 @@ RecurrentResult Recurrent::run(const Tensor& x, const Tensor& h0, const Tensor& 
       const Weights& w = weights_[static_cast<size_t>(index)];
       // Every step's input projection in one product.
       Tensor projected = linear(input, w.ih, w.bias_ih, site);  // [batch, seq, gates * hidden]
-      if (kind() == RecurrentKind::kLstm) {
-        // The recurrence in one op (Note [Recurrence in one op, or a
-        // composition of ops]).
-        std::vector<Tensor> out = lstm_layer(projected, w.hh, w.bias_hh, initial(h0, index),
-                                             initial(c0, index), direction == 1, site);
-        final_h.push_back(out[1]);
-        final_c.push_back(out[2]);
-        direction_outputs.push_back(out[0]);
-        continue;
-      }
-      // Split by step, and one step after another.
-      std::vector<Tensor> steps =
-          length == 1 ? std::vector<Tensor>{projected}
-                      : split(projected, Dims(static_cast<size_t>(length), 1), 1, site);
-      for (Tensor& s : steps) s = reshape(s, {batch, gates() * hidden}, site);
-      std::vector<Tensor> outputs(static_cast<size_t>(length));
-      RecurrentState last = run_direction(w, steps, direction == 1,
-                                          {initial(h0, index), initial(c0, index)}, outputs);
-      final_h.push_back(last.h);
-      final_c.push_back(last.c);
-      direction_outputs.push_back(stack(outputs, 1, site));  // [batch, seq, hidden]
+      // The recurrence in one op (Note [Recurrence in one op]).
+      std::vector<Tensor> out = recurrent_layer(kind(), projected, w.hh, w.bias_hh,
+                                                initial(h0, index), initial(c0, index),
+                                                /*reverse=*/direction == 1, site);
+      direction_outputs.push_back(out[0]);
+      final_h.push_back(out[1]);
+      if (kind() == RecurrentKind::kLstm) final_c.push_back(out[2]);
     }
     input = directions == 2 ? concat(direction_outputs, -1, site) : direction_outputs[0];
     if (o.dropout > 0 && is_training() && layer + 1 < o.num_layers) {

@@ -14,18 +14,18 @@
 // LSTM (input, forget, cell, output), 3 for GRU (reset, update, new), 1 for
 // RNN. A torch state_dict of a layer with the same options loads as is.
 //
-// Note [Recurrence in one op, or a composition of ops]
+// Note [Recurrence in one op]
 // A layer projects the whole sequence's inputs in one product (x W_ih^T +
-// b_ih for every step at once). An LSTM layer then runs its recurrence as
-// one op, lstm (kernels/ops/recurrence.cc): a matrix product per step and
-// one pass over the gates, and a backward through time of its own; a graph
-// holds one node per layer and direction, whatever the sequence length, so
-// an exported LSTM leaves its sequence length free. RNN and GRU layers, and
-// the cells, are still written with the eager ops: each step adds h W_hh^T
-// + b_hh and applies its gates, and a trace unrolls the loop at the traced
-// sequence length. A zero initial state (the default) is not materialized:
-// the first step's recurrent term is b_hh alone, which also keeps the batch
-// size free in an exported graph (a zeros({batch, hidden}) would fix it).
+// b_ih for every step at once), then runs its recurrence as one op per
+// direction (rnn_tanh, rnn_relu, lstm or gru, kernels/ops/recurrence.cc): a
+// matrix product per step and one pass over the gates, and a backward
+// through time of its own. A graph holds one node per layer and direction,
+// whatever the sequence length, so an exported layer leaves its sequence
+// length free. The cells are one step, written with the eager ops: h W_hh^T
+// + b_hh, then the gates. A zero initial state (the default) is not
+// materialized: the cell's recurrent term is b_hh alone, which also keeps
+// the batch size free in an exported graph (a zeros({batch, hidden}) would
+// fix it).
 #pragma once
 
 #include <cstdint>
@@ -35,10 +35,11 @@
 
 #include "core/dtype.h"
 #include "eager/nn/module.h"
+#include "eager/ops.h"
 
 namespace tandem::nn {
 
-enum class RecurrentKind { kRnnTanh, kRnnRelu, kLstm, kGru };
+using ::tandem::RecurrentKind;
 
 struct RecurrentOptions {
   int64_t input_size = 0;
@@ -117,11 +118,6 @@ class Recurrent : public RecurrentBase {
  private:
   // `final_states`: also stack the final states into the result's h and c.
   RecurrentResult run(const Tensor& x, const Tensor& h0, const Tensor& c0, bool final_states);
-  // One direction of one layer over `steps` (each [batch, gates * hidden],
-  // the input projection already applied); fills `outputs` in sequence order.
-  RecurrentState run_direction(const Weights& w, const std::vector<Tensor>& steps, bool reverse,
-                               RecurrentState state, std::vector<Tensor>& outputs) const;
-
   RecurrentOptions options_;
   std::vector<Weights> weights_;  // Layer-major, forward direction first.
 };

@@ -1,10 +1,11 @@
-// The CUDA kernels of kernels/ops/recurrence.cc: lstm and lstm_backward,
-// one launch per step for the recurrent product (a thread per element of
-// h W_hh^T, its dot product in double) and one for the gates, in the CPU's
-// equations (libm's exp and tanh where the CPU uses its vectorized ones, so
-// float results agree to rounding). The weights' gradients are summed over
-// every step by one thread per weight after the loop. cuBLAS for the
-// per-step products is the next step when a GPU workload needs speed.
+// The CUDA kernels of kernels/ops/recurrence.cc: rnn_tanh, rnn_relu, lstm,
+// gru and their backwards. One launch per step for the recurrent product
+// R_t = h_(t-1) W_hh^T (a thread per element, its dot product in double)
+// and one for the gates, in the CPU's equations (libm's exp and tanh where
+// the CPU uses its vectorized ones, so float results agree to rounding).
+// The weights' gradients are summed over every step by one thread per
+// weight after the loop. cuBLAS for the per-step products is the next step
+// when a GPU workload needs speed.
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -12,136 +13,187 @@
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cuda/families.h"
 #include "kernels/cuda/for_each.cuh"
+#include "kernels/recurrence.h"
 
 namespace tandem::kernels {
 namespace cuda {
 namespace {
 
 struct Sizes {
-  int64_t batch, steps, hidden;
-  bool reverse;
-  __device__ int64_t width() const { return 4 * hidden; }
+  int64_t batch, steps, hidden, width;
   // Element (b, t) of a [batch, seq, features] tensor.
   __device__ int64_t row(int64_t b, int64_t t, int64_t features) const {
     return (b * steps + t) * features;
   }
 };
 
-Sizes sizes_of(const Shape& gates, const Attrs& attrs) {
-  return {gates[0], gates[1], gates[2] / 4, attrs.get_bool("reverse")};
-}
+Sizes sizes_of(const RecurrenceGeometry& g) { return {g.batch, g.steps, g.hidden, g.width}; }
 
 __device__ double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 
-// gates[b, t, k] += b_hh[k] + sum_j h_prev[b, j] w_hh[k, j] (h_prev null:
-// a zero state).
+// recurrent[b, k] = sum_j h_prev[b, j] w_hh[k, j] (h_prev null: a zero
+// state).
 template <class T>
-struct AddRecurrent {
+struct RecurrentProduct {
   Sizes z;
-  int64_t t;
   const T* h_prev;
   int64_t h_stride;  // Between rows b of h_prev.
   const T* w_hh;
-  const T* b_hh;
-  T* gates;
+  T* recurrent;
   __device__ void operator()(int64_t e) const {
-    const int64_t b = e / z.width(), k = e - b * z.width();
-    double sum = static_cast<double>(b_hh[k]);
+    const int64_t b = e / z.width, k = e - b * z.width;
+    double sum = 0;
     if (h_prev != nullptr) {
       for (int64_t j = 0; j < z.hidden; ++j) {
         sum += static_cast<double>(h_prev[b * h_stride + j]) *
                static_cast<double>(w_hh[k * z.hidden + j]);
       }
     }
-    T& g = gates[z.row(b, t, z.width()) + k];
-    g = static_cast<T>(static_cast<double>(g) + sum);
+    recurrent[e] = static_cast<T>(sum);
   }
 };
 
-template <class T>
-struct Cell {
+// One unit j of sample b at step t.
+template <class T, RecurrentCell kCell>
+struct Step {
   Sizes z;
   int64_t t;
-  const T* c_prev;  // Null: a zero state.
-  int64_t c_stride;
+  const T* projected;
+  const T* recurrent;
+  const T* b_hh;
+  const T* prev;  // h_(t-1) for gru, c_(t-1) for lstm; null: a zero state.
+  int64_t prev_stride;
   T* gates;
-  T* cells;
+  T* saved_state;
   T* y;
   __device__ void operator()(int64_t e) const {
     const int64_t b = e / z.hidden, j = e - b * z.hidden, n = z.hidden;
-    T* g = gates + z.row(b, t, z.width());
-    const double i = sigmoid(g[j]), f = sigmoid(g[n + j]),
-                 c_new = tanh(static_cast<double>(g[2 * n + j]));
-    const double o = sigmoid(g[3 * n + j]);
-    g[j] = static_cast<T>(i), g[n + j] = static_cast<T>(f);
-    g[2 * n + j] = static_cast<T>(c_new), g[3 * n + j] = static_cast<T>(o);
-    const double previous = c_prev != nullptr ? static_cast<double>(c_prev[b * c_stride + j]) : 0;
-    const double c = f * previous + i * c_new;
-    cells[z.row(b, t, n) + j] = static_cast<T>(c);
-    y[z.row(b, t, n) + j] = static_cast<T>(o * tanh(c));
+    const T* p = projected + z.row(b, t, z.width);
+    const T* r = recurrent + b * z.width;
+    const auto pre = [&](int64_t k) {
+      return static_cast<double>(p[k]) + static_cast<double>(r[k]) + static_cast<double>(b_hh[k]);
+    };
+    const double previous = prev != nullptr ? static_cast<double>(prev[b * prev_stride + j]) : 0;
+    T* g = gates != nullptr ? gates + z.row(b, t, z.width) : nullptr;
+    double h;
+    if constexpr (kCell == RecurrentCell::kRnnTanh) {
+      h = tanh(pre(j));
+    } else if constexpr (kCell == RecurrentCell::kRnnRelu) {
+      const double v = pre(j);
+      h = v > 0 ? v : (v != v ? v : 0);
+    } else if constexpr (kCell == RecurrentCell::kLstm) {
+      const double i = sigmoid(pre(j)), f = sigmoid(pre(n + j)), c_new = tanh(pre(2 * n + j));
+      const double o = sigmoid(pre(3 * n + j));
+      g[j] = static_cast<T>(i), g[n + j] = static_cast<T>(f);
+      g[2 * n + j] = static_cast<T>(c_new), g[3 * n + j] = static_cast<T>(o);
+      const double c = f * previous + i * c_new;
+      saved_state[z.row(b, t, n) + j] = static_cast<T>(c);
+      h = o * tanh(c);
+    } else {
+      const double reset = sigmoid(pre(j)), update = sigmoid(pre(n + j));
+      const double recurrent_new =
+          static_cast<double>(r[2 * n + j]) + static_cast<double>(b_hh[2 * n + j]);
+      const double candidate = tanh(static_cast<double>(p[2 * n + j]) + reset * recurrent_new);
+      g[j] = static_cast<T>(reset), g[n + j] = static_cast<T>(update);
+      g[2 * n + j] = static_cast<T>(candidate);
+      saved_state[z.row(b, t, n) + j] = static_cast<T>(recurrent_new);
+      h = candidate + update * (previous - candidate);
+    }
+    y[z.row(b, t, n) + j] = static_cast<T>(h);
   }
 };
 
-template <class T>
-struct CellBackward {
+// The same unit backward (Note [Backward through time] in
+// kernels/ops/recurrence.cc): writes rows of d_projected and d_recurrent
+// (the same tensor but for gru), and for gru the part of dh that bypasses
+// W_hh.
+template <class T, RecurrentCell kCell>
+struct StepBackward {
   Sizes z;
   int64_t t;
+  const T* y;
+  const T* saved_state;
   const T* gates;
-  const T* cells;
-  const T* c_prev;
-  int64_t c_stride;
   const T* grad_y;
-  const T* grad_cells;  // Null when the call has no gradient for them.
+  const T* grad_saved_state;  // Null when the call has no gradient for them.
   const T* grad_gates;
-  const T* dh;
+  const T* prev;  // h_(t-1) for gru, c_(t-1) for lstm; null: a zero state.
+  int64_t prev_stride;
+  T* dh;
   T* dc;
-  T* d_gates;
+  T* d_projected;
+  T* d_recurrent;
   __device__ void operator()(int64_t e) const {
     const int64_t b = e / z.hidden, j = e - b * z.hidden, n = z.hidden;
-    const T* g = gates + z.row(b, t, z.width());
-    const double i = g[j], f = g[n + j], c_new = g[2 * n + j], o = g[3 * n + j];
-    const double tanh_c = tanh(static_cast<double>(cells[z.row(b, t, n) + j]));
-    const double d_h = static_cast<double>(dh[b * n + j]) + grad_y[z.row(b, t, n) + j];
-    double d_c = static_cast<double>(dc[b * n + j]) + d_h * o * (1 - tanh_c * tanh_c);
-    if (grad_cells != nullptr) d_c += static_cast<double>(grad_cells[z.row(b, t, n) + j]);
-    // The activated gates' own gradients, where given.
-    const T* gg = grad_gates != nullptr ? grad_gates + z.row(b, t, z.width()) : nullptr;
+    const int64_t at = z.row(b, t, n) + j;
+    const double d_h = static_cast<double>(dh[b * n + j]) + static_cast<double>(grad_y[at]);
+    const double previous = prev != nullptr ? static_cast<double>(prev[b * prev_stride + j]) : 0;
+    // The saved outputs' own gradients, where given.
+    const T* gg = grad_gates != nullptr ? grad_gates + z.row(b, t, z.width) : nullptr;
     const auto own = [&](int64_t q) { return gg != nullptr ? static_cast<double>(gg[q]) : 0.0; };
-    const double previous = c_prev != nullptr ? static_cast<double>(c_prev[b * c_stride + j]) : 0;
-    T* d = d_gates + z.row(b, t, z.width());
-    d[j] = static_cast<T>((d_c * c_new + own(j)) * i * (1 - i));
-    d[n + j] = static_cast<T>((d_c * previous + own(n + j)) * f * (1 - f));
-    d[2 * n + j] = static_cast<T>((d_c * i + own(2 * n + j)) * (1 - c_new * c_new));
-    d[3 * n + j] = static_cast<T>((d_h * tanh_c + own(3 * n + j)) * o * (1 - o));
-    dc[b * n + j] = static_cast<T>(d_c * f);
+    const double own_state =
+        grad_saved_state != nullptr ? static_cast<double>(grad_saved_state[at]) : 0.0;
+    const T* g = gates != nullptr ? gates + z.row(b, t, z.width) : nullptr;
+    T* d = d_projected + z.row(b, t, z.width);
+    if constexpr (kCell == RecurrentCell::kRnnTanh) {
+      const double h = y[at];
+      d[j] = static_cast<T>(d_h * (1 - h * h));
+    } else if constexpr (kCell == RecurrentCell::kRnnRelu) {
+      d[j] = static_cast<T>(y[at] > T{0} ? d_h : 0.0);
+    } else if constexpr (kCell == RecurrentCell::kLstm) {
+      const double i = g[j], f = g[n + j], c_new = g[2 * n + j], o = g[3 * n + j];
+      const double tanh_c = tanh(static_cast<double>(saved_state[at]));
+      const double d_c =
+          static_cast<double>(dc[b * n + j]) + d_h * o * (1 - tanh_c * tanh_c) + own_state;
+      d[j] = static_cast<T>((d_c * c_new + own(j)) * i * (1 - i));
+      d[n + j] = static_cast<T>((d_c * previous + own(n + j)) * f * (1 - f));
+      d[2 * n + j] = static_cast<T>((d_c * i + own(2 * n + j)) * (1 - c_new * c_new));
+      d[3 * n + j] = static_cast<T>((d_h * tanh_c + own(3 * n + j)) * o * (1 - o));
+      dc[b * n + j] = static_cast<T>(d_c * f);
+    } else {
+      const double reset = g[j], update = g[n + j], candidate = g[2 * n + j];
+      const double d_candidate =
+          (d_h * (1 - update) + own(2 * n + j)) * (1 - candidate * candidate);
+      const double d_update = (d_h * (previous - candidate) + own(n + j)) * update * (1 - update);
+      const double d_reset =
+          (d_candidate * static_cast<double>(saved_state[at]) + own(j)) * reset * (1 - reset);
+      T* dr = d_recurrent + z.row(b, t, z.width);
+      d[j] = dr[j] = static_cast<T>(d_reset);
+      d[n + j] = dr[n + j] = static_cast<T>(d_update);
+      d[2 * n + j] = static_cast<T>(d_candidate);
+      dr[2 * n + j] = static_cast<T>(d_candidate * reset + own_state);
+      dh[b * n + j] = static_cast<T>(d_h * update);
+    }
   }
 };
 
-// dh[b, j] = sum_k d_gates[b, t, k] w_hh[k, j].
+// dh[b, j] = (gru: dh[b, j] +) sum_k d_recurrent[b, t, k] w_hh[k, j].
 template <class T>
 struct BackThroughWeights {
   Sizes z;
   int64_t t;
-  const T* d_gates;
+  bool add;
+  const T* d_recurrent;
   const T* w_hh;
   T* dh;
   __device__ void operator()(int64_t e) const {
     const int64_t b = e / z.hidden, j = e - b * z.hidden;
-    double sum = 0;
-    for (int64_t k = 0; k < z.width(); ++k) {
-      sum += static_cast<double>(d_gates[z.row(b, t, z.width()) + k]) *
+    double sum = add ? static_cast<double>(dh[e]) : 0;
+    for (int64_t k = 0; k < z.width; ++k) {
+      sum += static_cast<double>(d_recurrent[z.row(b, t, z.width) + k]) *
              static_cast<double>(w_hh[k * z.hidden + j]);
     }
     dh[e] = static_cast<T>(sum);
   }
 };
 
-// d_w[k, j] = sum over steps with a previous h of d_gates[b, t, k] h_prev[b, j];
-// d_b[k] = sum of d_gates[., ., k].
+// d_w[k, j] = sum over steps with a previous h of d_recurrent[b, t, k]
+// h_prev[b, j]; d_b[k] = sum of d_recurrent[., ., k].
 template <class T>
 struct WeightGradients {
   Sizes z;
-  const T* d_gates;
+  bool reverse;
+  const T* d_recurrent;
   const T* y;
   const T* h0;  // Null without one.
   T* d_w;
@@ -151,10 +203,10 @@ struct WeightGradients {
     double sum = 0, bias = 0;
     for (int64_t b = 0; b < z.batch; ++b) {
       for (int64_t s = 0; s < z.steps; ++s) {
-        const int64_t t = z.reverse ? z.steps - 1 - s : s;
-        const double d = d_gates[z.row(b, t, z.width()) + k];
+        const int64_t t = reverse ? z.steps - 1 - s : s;
+        const double d = d_recurrent[z.row(b, t, z.width) + k];
         if (j == 0) bias += d;
-        const int64_t before = z.reverse ? t + 1 : t - 1;
+        const int64_t before = reverse ? t + 1 : t - 1;
         const T* h = s > 0 ? y + z.row(b, before, z.hidden) : (h0 ? h0 + b * z.hidden : nullptr);
         if (h != nullptr) sum += d * static_cast<double>(h[j]);
       }
@@ -164,84 +216,106 @@ struct WeightGradients {
   }
 };
 
-void lstm_kernel(const KernelContext& c) {
+// Copies rows (b, step t) of a [batch, seq, hidden] tensor into [batch,
+// hidden] `out`, or `initial` when there are no steps (zeros without).
+template <class T>
+void copy_final(cudaStream_t stream, const RecurrenceGeometry& g, const T* sequence,
+                const T* initial, const Tensor& out) {
+  if (g.steps == 0 && initial == nullptr) {
+    TANDEM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream));
+    return;
+  }
+  const T* from = g.steps == 0 ? initial : sequence + g.step_at(g.steps - 1) * g.hidden;
+  const int64_t pitch = g.steps == 0 ? g.hidden : g.steps * g.hidden;
+  TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(out.raw_data(), g.hidden * sizeof(T), from, pitch * sizeof(T),
+                                      g.hidden * sizeof(T), g.batch, cudaMemcpyDeviceToDevice,
+                                      stream));
+}
+
+template <RecurrentCell kCell>
+void recurrence_kernel(const KernelContext& c) {
+  static constexpr RecurrenceLayout cell = recurrence_layout(kCell);
   const Tensor& projected = c.inputs[0];
-  const Sizes z = sizes_of(projected.shape(), c.attrs);
-  const bool initial_h = c.attrs.get_bool("initial_h"), initial_c = c.attrs.get_bool("initial_c");
+  const Shape& shape = projected.shape();
+  const RecurrenceGeometry g(cell, Shape({shape[0], shape[1], shape[2] / cell.gates}), c.attrs);
+  const Sizes z = sizes_of(g);
   cudaStream_t stream = stream_of(c);
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(c.outputs[4].raw_data(), projected.raw_data(),
-                                    projected.nbytes(), cudaMemcpyDeviceToDevice, stream));
+  const Tensor recurrent = Tensor::empty({g.batch, g.width}, projected.dtype(), c.run.device);
   visit_floating(projected.dtype(), [&]<class T>() {
-    const T* h0 = initial_h ? c.inputs[3].data<T>() : nullptr;
-    const T* c0 = initial_c ? c.inputs[initial_h ? 4 : 3].data<T>() : nullptr;
+    const T* h0 = g.initial_h ? c.inputs[3].data<T>() : nullptr;
+    const T* c0 = g.initial_c ? c.inputs[g.initial_h ? 4 : 3].data<T>() : nullptr;
     T* y = c.outputs[0].data<T>();
-    T* cells = c.outputs[3].data<T>();
-    T* gates = c.outputs[4].data<T>();
-    for (int64_t s = 0; s < z.steps; ++s) {
-      const int64_t t = z.reverse ? z.steps - 1 - s : s, before = z.reverse ? t + 1 : t - 1;
-      const T* h_prev = s > 0 ? y + before * z.hidden : h0;
-      const T* c_prev = s > 0 ? cells + before * z.hidden : c0;
-      const int64_t stride = s > 0 ? z.steps * z.hidden : z.hidden;
-      for_each(stream, z.batch * 4 * z.hidden,
-               AddRecurrent<T>{z, t, h_prev, stride, c.inputs[1].data<T>(), c.inputs[2].data<T>(),
-                               gates});
-      for_each(stream, z.batch * z.hidden, Cell<T>{z, t, c_prev, stride, gates, cells, y});
+    const int saved_at = 1 + cell.states;
+    T* saved_state = cell.saved() > 0 ? c.outputs[saved_at].data<T>() : nullptr;
+    T* gates = cell.saved() > 0 ? c.outputs[saved_at + 1].data<T>() : nullptr;
+    for (int64_t s = 0; s < g.steps; ++s) {
+      const int64_t t = g.step_at(s);
+      const T* h_prev = s > 0 ? y + g.before(s) * g.hidden : h0;
+      const T* c_prev = s > 0 && saved_state ? saved_state + g.before(s) * g.hidden : c0;
+      const int64_t stride = s > 0 ? g.steps * g.hidden : g.hidden;
+      for_each(stream, g.batch * g.width,
+               RecurrentProduct<T>{z, h_prev, stride, c.inputs[1].data<T>(), recurrent.data<T>()});
+      for_each(stream, g.batch * g.hidden,
+               Step<T, kCell>{z, t, projected.data<T>(), recurrent.data<T>(), c.inputs[2].data<T>(),
+                              kCell == RecurrentCell::kLstm ? c_prev : h_prev, stride, gates,
+                              saved_state, y});
     }
-    // The final states: the last step's, or the initial ones (zeros without).
-    for (int k : {1, 2}) {
-      const Tensor& out = c.outputs[k];
-      const T* initial = k == 1 ? h0 : c0;
-      if (z.steps == 0 && initial == nullptr) {
-        TANDEM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream));
-        continue;
-      }
-      const T* from =
-          z.steps == 0 ? initial : (k == 1 ? y : cells) + (z.reverse ? 0 : z.steps - 1) * z.hidden;
-      const int64_t pitch = z.steps == 0 ? z.hidden : z.steps * z.hidden;
-      TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(out.raw_data(), z.hidden * sizeof(T), from,
-                                          pitch * sizeof(T), z.hidden * sizeof(T), z.batch,
-                                          cudaMemcpyDeviceToDevice, stream));
-    }
+    copy_final(stream, g, y, h0, c.outputs[1]);
+    if (cell.states == 2) copy_final(stream, g, saved_state, c0, c.outputs[2]);
   });
 }
 
-void lstm_backward_kernel(const KernelContext& c) {
-  const Tensor& gates_t = c.inputs[3];
-  const Sizes z = sizes_of(gates_t.shape(), c.attrs);
-  const bool initial_h = c.attrs.get_bool("initial_h"), initial_c = c.attrs.get_bool("initial_c");
+template <RecurrentCell kCell>
+void recurrence_backward_kernel(const KernelContext& c) {
+  static constexpr RecurrenceLayout cell = recurrence_layout(kCell);
+  const RecurrenceBackwardInputs at(cell, c.attrs);
+  const RecurrenceGeometry g(cell, c.inputs[1].shape(), c.attrs);
+  const Sizes z = sizes_of(g);
+  const DType dtype = c.inputs[1].dtype();
   cudaStream_t stream = stream_of(c);
-  const Tensor dh = Tensor::empty(c.inputs[5].shape(), gates_t.dtype(), c.run.device);
-  const Tensor dc = Tensor::empty(c.inputs[6].shape(), gates_t.dtype(), c.run.device);
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dh.raw_data(), c.inputs[5].raw_data(), dh.nbytes(),
-                                    cudaMemcpyDeviceToDevice, stream));
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dc.raw_data(), c.inputs[6].raw_data(), dc.nbytes(),
-                                    cudaMemcpyDeviceToDevice, stream));
-  visit_floating(gates_t.dtype(), [&]<class T>() {
-    const T* w_hh = c.inputs[0].data<T>();
-    const T* y = c.inputs[1].data<T>();
-    const T* cells = c.inputs[2].data<T>();
-    const bool saved = c.attrs.get_bool("saved_gradients");
-    const T* grad_cells = saved ? c.inputs[7].data<T>() : nullptr;
-    const T* grad_gates = saved ? c.inputs[8].data<T>() : nullptr;
-    const size_t first_state = saved ? 9 : 7;
-    const T* h0 = initial_h ? c.inputs[first_state].data<T>() : nullptr;
-    const T* c0 = initial_c ? c.inputs[first_state + (initial_h ? 1 : 0)].data<T>() : nullptr;
-    T* d_gates = c.outputs[0].data<T>();
-    for (int64_t s = z.steps - 1; s >= 0; --s) {
-      const int64_t t = z.reverse ? z.steps - 1 - s : s, before = z.reverse ? t + 1 : t - 1;
-      const T* c_prev = s > 0 ? cells + before * z.hidden : c0;
-      const int64_t stride = s > 0 ? z.steps * z.hidden : z.hidden;
+  const auto copy_of = [&](const Tensor& t) {
+    Tensor copy = Tensor::empty(t.shape(), dtype, c.run.device);
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(copy.raw_data(), t.raw_data(), t.nbytes(),
+                                      cudaMemcpyDeviceToDevice, stream));
+    return copy;
+  };
+  const Tensor dh = copy_of(c.inputs[at.grads + 1]);
+  const Tensor dc = cell.states == 2 ? copy_of(c.inputs[at.grads + 2]) : Tensor();
+  const Tensor gru_d_recurrent = kCell == RecurrentCell::kGru
+                                     ? Tensor::empty(c.outputs[0].shape(), dtype, c.run.device)
+                                     : Tensor();
+  visit_floating(dtype, [&]<class T>() {
+    const auto input = [&](size_t k) { return c.inputs[k].data<T>(); };
+    const bool saved_gradients = at.initial > at.saved_grads;
+    const T* y = input(1);
+    const T* saved_state = cell.saved() > 0 ? input(at.saved) : nullptr;
+    const T* gates = cell.saved() > 0 ? input(at.saved + 1) : nullptr;
+    const T* grad_saved_state = saved_gradients ? input(at.saved_grads) : nullptr;
+    const T* grad_gates = saved_gradients ? input(at.saved_grads + 1) : nullptr;
+    const T* h0 = g.initial_h ? input(at.initial) : nullptr;
+    const T* c0 = g.initial_c ? input(at.initial + (g.initial_h ? 1 : 0)) : nullptr;
+    T* d_projected = c.outputs[0].data<T>();
+    T* d_recurrent = kCell == RecurrentCell::kGru ? gru_d_recurrent.data<T>() : d_projected;
+    T* dc_data = cell.states == 2 ? dc.data<T>() : nullptr;
+    for (int64_t s = g.steps - 1; s >= 0; --s) {
+      const int64_t t = g.step_at(s);
+      const T* h_prev = s > 0 ? y + g.before(s) * g.hidden : h0;
+      const T* c_prev = s > 0 && saved_state ? saved_state + g.before(s) * g.hidden : c0;
+      const int64_t stride = s > 0 ? g.steps * g.hidden : g.hidden;
       for_each(
-          stream, z.batch * z.hidden,
-          CellBackward<T>{z, t, gates_t.data<T>(), cells, c_prev, stride, c.inputs[4].data<T>(),
-                          grad_cells, grad_gates, dh.data<T>(), dc.data<T>(), d_gates});
-      for_each(stream, z.batch * z.hidden,
-               BackThroughWeights<T>{z, t, d_gates, w_hh, dh.data<T>()});
+          stream, g.batch * g.hidden,
+          StepBackward<T, kCell>{z, t, y, saved_state, gates, input(at.grads), grad_saved_state,
+                                 grad_gates, kCell == RecurrentCell::kLstm ? c_prev : h_prev,
+                                 stride, dh.data<T>(), dc_data, d_projected, d_recurrent});
+      for_each(stream, g.batch * g.hidden,
+               BackThroughWeights<T>{z, t, kCell == RecurrentCell::kGru, d_recurrent, input(0),
+                                     dh.data<T>()});
     }
-    for_each(stream, 4 * z.hidden * z.hidden,
-             WeightGradients<T>{z, d_gates, y, h0, c.outputs[1].data<T>(), c.outputs[2].data<T>()});
+    for_each(stream, g.width * g.hidden,
+             WeightGradients<T>{z, g.reverse, d_recurrent, y, h0, c.outputs[1].data<T>(),
+                                c.outputs[2].data<T>()});
     int output = 3;
-    for (const Tensor* state : {initial_h ? &dh : nullptr, initial_c ? &dc : nullptr}) {
+    for (const Tensor* state : {g.initial_h ? &dh : nullptr, g.initial_c ? &dc : nullptr}) {
       if (state == nullptr) continue;
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(c.outputs[output++].raw_data(), state->raw_data(),
                                         state->nbytes(), cudaMemcpyDeviceToDevice, stream));
@@ -253,8 +327,18 @@ void lstm_backward_kernel(const KernelContext& c) {
 }  // namespace cuda
 
 void register_recurrence_cuda_kernels(Registry& registry) {
-  registry.set_cuda_kernel("lstm", cuda::lstm_kernel);
-  registry.set_cuda_kernel("lstm_backward", cuda::lstm_backward_kernel);
+  using cuda::recurrence_backward_kernel;
+  using cuda::recurrence_kernel;
+  registry.set_cuda_kernel("rnn_tanh", recurrence_kernel<RecurrentCell::kRnnTanh>);
+  registry.set_cuda_kernel("rnn_tanh_backward",
+                           recurrence_backward_kernel<RecurrentCell::kRnnTanh>);
+  registry.set_cuda_kernel("rnn_relu", recurrence_kernel<RecurrentCell::kRnnRelu>);
+  registry.set_cuda_kernel("rnn_relu_backward",
+                           recurrence_backward_kernel<RecurrentCell::kRnnRelu>);
+  registry.set_cuda_kernel("lstm", recurrence_kernel<RecurrentCell::kLstm>);
+  registry.set_cuda_kernel("lstm_backward", recurrence_backward_kernel<RecurrentCell::kLstm>);
+  registry.set_cuda_kernel("gru", recurrence_kernel<RecurrentCell::kGru>);
+  registry.set_cuda_kernel("gru_backward", recurrence_backward_kernel<RecurrentCell::kGru>);
 }
 
 }  // namespace tandem::kernels

@@ -324,44 +324,68 @@ TEST_F(FreeDims, HybridizeTracesPerShapeWhenTheCallComputesGradients) {
                               HasSubstr("computes gradients")));
 }
 
-// Verifies that an LSTM, whose recurrence is one op, exports with its
-// sequence free and runs at lengths it was not traced at, while a GRU,
-// unrolled over the sequence, has no one graph for every length: refused
-// with why (a free batch is fine).
-TEST_F(FreeDims, AnLstmFreesTheSequenceAnUnrolledRecurrenceCannot) {
-  manual_seed(2);
-  nn::LSTM lstm(nn::RecurrentOptions{
-      .input_size = 3, .hidden_size = 4, .num_layers = 2, .bidirectional = true});
-  lstm.eval();
-  lstm.hybridize();
-  {
-    NoGradGuard no_grad;
-    lstm(randn({2, 5, 3}));
+// A GRU cell stepped along the sequence in user code: a trace unrolls the
+// loop at the traced length. Returns the last h.
+struct GruCellLoop : nn::Module {
+  GruCellLoop() {
+    cell = register_module("cell", std::make_shared<nn::GRUCell>(nn::RecurrentCellOptions{
+                                       .input_size = 3, .hidden_size = 4}));
   }
-  lstm.export_model(path("lstm"), {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
-  LoadedModel loaded = load(path("lstm"));
-  EXPECT_EQ(loaded.inputs()[0].shape_text(), "[batch, seq, 3]");
-  for (const Dims& shape : {Dims{2, 5, 3}, Dims{3, 1, 3}, Dims{1, 17, 3}}) {
-    Tensor x = randn(shape);
-    expect_near(values_of(loaded.run({x})[0]), eager_values(lstm, x), 1e-5);
+  Tensor forward(const Tensor& x) override {
+    nn::RecurrentState state;
+    for (int64_t t = 0; t < x.shape()[1]; ++t) {
+      Tensor step = reshape(slice(x, 1, t, t + 1), {x.shape()[0], x.shape()[2]});
+      state = cell->forward(step, state);
+    }
+    return state.h;
+  }
+  std::shared_ptr<nn::GRUCell> cell;
+};
+
+// Verifies that every recurrent layer, whose recurrence is one op, exports
+// with its sequence free and runs at lengths it was not traced at, while a
+// loop of cell steps has no one graph for every length: refused with why
+// (a free batch is fine).
+TEST_F(FreeDims, RecurrentLayersFreeTheSequenceAnUnrolledLoopCannot) {
+  for (nn::RecurrentKind kind : {nn::RecurrentKind::kRnnTanh, nn::RecurrentKind::kRnnRelu,
+                                 nn::RecurrentKind::kLstm, nn::RecurrentKind::kGru}) {
+    manual_seed(2);
+    nn::Recurrent layer(
+        kind, {.input_size = 3, .hidden_size = 4, .num_layers = 2, .bidirectional = true});
+    SCOPED_TRACE(layer.type_name());
+    layer.eval();
+    layer.hybridize();
+    {
+      NoGradGuard no_grad;
+      layer(randn({2, 5, 3}));
+    }
+    const std::string name = str_cat("layer", static_cast<int>(kind));
+    layer.export_model(path(name), {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
+    LoadedModel loaded = load(path(name));
+    EXPECT_EQ(loaded.inputs()[0].shape_text(), "[batch, seq, 3]");
+    for (const Dims& shape : {Dims{2, 5, 3}, Dims{3, 1, 3}, Dims{1, 17, 3}}) {
+      Tensor x = randn(shape);
+      expect_near(values_of(loaded.run({x})[0]), eager_values(layer, x), 1e-5);
+    }
   }
 
-  nn::GRU gru(nn::RecurrentOptions{.input_size = 3, .hidden_size = 4});
-  gru.eval();
-  gru.hybridize();
+  manual_seed(3);
+  GruCellLoop loop;
+  loop.eval();
+  loop.hybridize();
   {
     NoGradGuard no_grad;
-    gru(randn({2, 5, 3}));
+    loop(randn({2, 5, 3}));
   }
   EXPECT_THAT(
       error_of([&] {
-        gru.export_model(path("gru"), {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
+        loop.export_model(path("loop"), {.dynamic_dims = {{"input0", {{0, "batch"}, {1, "seq"}}}}});
       }),
       HasSubstr("its code takes another path at other sizes"));
-  gru.export_model(path("gru"));  // Batch only.
-  LoadedModel loaded_gru = load(path("gru"));
+  loop.export_model(path("loop"));  // Batch only.
+  LoadedModel loaded_loop = load(path("loop"));
   Tensor x = randn({6, 5, 3});
-  expect_near(values_of(loaded_gru.run({x})[0]), eager_values(gru, x), 1e-5);
+  expect_near(values_of(loaded_loop.run({x})[0]), eager_values(loop, x), 1e-5);
 }
 
 }  // namespace

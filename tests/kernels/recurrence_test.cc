@@ -1,8 +1,9 @@
-// Rows for recurrence.cc (lstm, lstm_backward) and its error messages. The
-// forward reference steps through the sequence one (sample, unit) at a time
-// in double, from torch's equations; the backward reference is the central
-// difference of that forward along every input element, weighted by the
-// rows' output gradients: independent of the kernels' backward through time.
+// Rows for recurrence.cc (rnn_tanh, rnn_relu, lstm, gru and their
+// backwards) and its error messages. The forward reference steps through
+// the sequence one sample at a time in double, from torch's equations; the
+// backward reference is the central difference of that forward along every
+// input element, weighted by the rows' output gradients: independent of the
+// kernels' backward through time.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -19,112 +20,164 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Lstm {
+enum class Cell { kRnnTanh, kRnnRelu, kLstm, kGru };
+
+struct Call {
+  Cell cell = Cell::kLstm;
   bool reverse = false;
   bool initial_h = false;
-  bool initial_c = false;
+  bool initial_c = false;  // LSTM only.
+
+  const char* op() const {
+    switch (cell) {
+      case Cell::kRnnTanh:
+        return "rnn_tanh";
+      case Cell::kRnnRelu:
+        return "rnn_relu";
+      case Cell::kLstm:
+        return "lstm";
+      case Cell::kGru:
+        return "gru";
+    }
+    return "";
+  }
+  std::string backward_op() const { return std::string(op()) + "_backward"; }
+  int64_t gates() const { return cell == Cell::kLstm ? 4 : cell == Cell::kGru ? 3 : 1; }
+  int states() const { return cell == Cell::kLstm ? 2 : 1; }
+  bool saves() const { return cell == Cell::kLstm || cell == Cell::kGru; }
   Attrs attrs() const {
-    return {{"reverse", reverse}, {"initial_h", initial_h}, {"initial_c", initial_c}};
+    Attrs a = {{"reverse", reverse}, {"initial_h", initial_h}};
+    if (cell == Cell::kLstm) a.set("initial_c", initial_c);
+    return a;
   }
 };
 
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
-// Outputs (output, h_n, c_n, cells, gates) of lstm from
-// (projected, weight_hh, bias_hh[, h0][, c0]) as host values.
-std::vector<std::vector<double>> lstm_values(const std::vector<std::vector<double>>& in,
-                                             int64_t batch, int64_t steps, int64_t hidden,
-                                             const Lstm& call) {
+// The forward's outputs from (projected, weight_hh, bias_hh[, h0][, c0]) as
+// host values: output, the final states, and what the cell saves (lstm: c_t
+// and the gates; gru: R_n + b_hn and the gates).
+std::vector<std::vector<double>> recurrence_values(const std::vector<std::vector<double>>& in,
+                                                   int64_t batch, int64_t steps, int64_t hidden,
+                                                   const Call& call) {
   const std::vector<double>&p = in[0], &w = in[1], &bias = in[2];
   const std::vector<double>* h0 = call.initial_h ? &in[3] : nullptr;
   const std::vector<double>* c0 = call.initial_c ? &in[call.initial_h ? 4 : 3] : nullptr;
-  const int64_t width = 4 * hidden;
-  std::vector<double> y(batch * steps * hidden), cells(y.size()), gates(p.size());
-  std::vector<double> h_n(batch * hidden), c_n(batch * hidden);
+  const int64_t n = hidden, width = call.gates() * hidden;
+  std::vector<double> y(batch * steps * n), saved(y.size()), gates(batch * steps * width);
+  std::vector<double> h_n(batch * n), c_n(batch * n);
   for (int64_t b = 0; b < batch; ++b) {
-    std::vector<double> h(hidden), c(hidden);
-    for (int64_t j = 0; j < hidden; ++j) {
-      h[j] = h0 ? (*h0)[b * hidden + j] : 0;
-      c[j] = c0 ? (*c0)[b * hidden + j] : 0;
+    std::vector<double> h(n), c(n);
+    for (int64_t j = 0; j < n; ++j) {
+      h[j] = h0 ? (*h0)[b * n + j] : 0;
+      c[j] = c0 ? (*c0)[b * n + j] : 0;
     }
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t t = call.reverse ? steps - 1 - s : s;
-      std::vector<double> pre(width);
+      const double* pt = &p[(b * steps + t) * width];
+      double* gt = &gates[(b * steps + t) * width];
+      std::vector<double> r(width);  // h W_hh^T + b_hh
       for (int64_t k = 0; k < width; ++k) {
-        pre[k] = p[(b * steps + t) * width + k] + bias[k];
-        for (int64_t j = 0; j < hidden; ++j) pre[k] += h[j] * w[k * hidden + j];
+        r[k] = bias[k];
+        for (int64_t j = 0; j < n; ++j) r[k] += h[j] * w[k * n + j];
       }
-      for (int64_t j = 0; j < hidden; ++j) {
-        const double i = sigmoid(pre[j]), f = sigmoid(pre[hidden + j]);
-        const double g = std::tanh(pre[2 * hidden + j]), o = sigmoid(pre[3 * hidden + j]);
-        c[j] = f * c[j] + i * g;
-        const double* activated[] = {&i, &f, &g, &o};
-        for (int q = 0; q < 4; ++q) {
-          gates[(b * steps + t) * width + q * hidden + j] = *activated[q];
+      std::vector<double> next(n);
+      for (int64_t j = 0; j < n; ++j) {
+        switch (call.cell) {
+          case Cell::kRnnTanh:
+            next[j] = std::tanh(pt[j] + r[j]);
+            break;
+          case Cell::kRnnRelu:
+            next[j] = std::max(0.0, pt[j] + r[j]);
+            break;
+          case Cell::kLstm: {
+            const double i = sigmoid(pt[j] + r[j]), f = sigmoid(pt[n + j] + r[n + j]);
+            const double g = std::tanh(pt[2 * n + j] + r[2 * n + j]);
+            const double o = sigmoid(pt[3 * n + j] + r[3 * n + j]);
+            c[j] = f * c[j] + i * g;
+            next[j] = o * std::tanh(c[j]);
+            gt[j] = i, gt[n + j] = f, gt[2 * n + j] = g, gt[3 * n + j] = o;
+            saved[(b * steps + t) * n + j] = c[j];
+            break;
+          }
+          case Cell::kGru: {
+            const double reset = sigmoid(pt[j] + r[j]), update = sigmoid(pt[n + j] + r[n + j]);
+            const double candidate = std::tanh(pt[2 * n + j] + reset * r[2 * n + j]);
+            next[j] = (1 - update) * candidate + update * h[j];
+            gt[j] = reset, gt[n + j] = update, gt[2 * n + j] = candidate;
+            saved[(b * steps + t) * n + j] = r[2 * n + j];
+            break;
+          }
         }
-        cells[(b * steps + t) * hidden + j] = c[j];
       }
-      for (int64_t j = 0; j < hidden; ++j) {
-        h[j] = sigmoid(pre[3 * hidden + j]) * std::tanh(c[j]);
-        y[(b * steps + t) * hidden + j] = h[j];
-      }
+      h = next;
+      for (int64_t j = 0; j < n; ++j) y[(b * steps + t) * n + j] = h[j];
     }
-    for (int64_t j = 0; j < hidden; ++j) {
-      h_n[b * hidden + j] = h[j];
-      c_n[b * hidden + j] = c[j];
+    for (int64_t j = 0; j < n; ++j) {
+      h_n[b * n + j] = h[j];
+      c_n[b * n + j] = c[j];
     }
   }
-  return {y, h_n, c_n, cells, gates};
+  std::vector<std::vector<double>> out = {y, h_n};
+  if (call.states() == 2) out.push_back(c_n);
+  if (call.saves()) {
+    out.push_back(saved);
+    out.push_back(gates);
+  }
+  return out;
 }
 
-struct LstmShapes {
+struct Sizes {
   int64_t batch, steps, hidden;
-  explicit LstmShapes(const Shape& projected)
-      : batch(projected[0]), steps(projected[1]), hidden(projected[2] / 4) {}
+  Sizes(const Shape& projected, const Call& call)
+      : batch(projected[0]), steps(projected[1]), hidden(projected[2] / call.gates()) {}
 };
 
-std::vector<Tensor> lstm_reference(const Inputs& in, const Lstm& call) {
-  const LstmShapes z(in[0].shape());
+std::vector<Tensor> recurrence_reference(const Inputs& in, const Call& call) {
+  const Sizes z(in[0].shape(), call);
   std::vector<std::vector<double>> values;
   for (const Tensor& t : in) values.push_back(values_of(t));
-  std::vector<std::vector<double>> out = lstm_values(values, z.batch, z.steps, z.hidden, call);
+  std::vector<std::vector<double>> out =
+      recurrence_values(values, z.batch, z.steps, z.hidden, call);
   const DType dtype = in[0].dtype();
   const Shape sequence{z.batch, z.steps, z.hidden}, state{z.batch, z.hidden};
-  return {result(out[0], sequence, dtype), result(out[1], state, dtype),
-          result(out[2], state, dtype), result(out[3], sequence, dtype),
-          result(out[4], in[0].shape(), dtype)};
+  std::vector<Tensor> results = {result(out[0], sequence, dtype)};
+  for (int k = 0; k < call.states(); ++k) results.push_back(result(out[1 + k], state, dtype));
+  if (call.saves()) {
+    results.push_back(result(out[1 + call.states()], sequence, dtype));
+    results.push_back(result(out[2 + call.states()], in[0].shape(), dtype));
+  }
+  return results;
 }
 
-// lstm_backward's inputs for forward inputs `forward`: the forward's own
-// outputs and random gradients of output, h_n and c_n.
-Inputs backward_inputs(const Inputs& forward, const Lstm& call, uint64_t seed) {
-  std::vector<Tensor> out = lstm_reference(forward, call);
-  Inputs in = {forward[1],
-               out[0],
-               out[3],
-               out[4],
-               random_tensor(out[0].shape(), seed),
-               random_tensor(out[1].shape(), seed + 1),
-               random_tensor(out[2].shape(), seed + 2)};
+// The backward's inputs for forward inputs `forward`: the forward's own
+// outputs and random gradients of output and the final states.
+Inputs backward_inputs(const Inputs& forward, const Call& call, uint64_t seed) {
+  std::vector<Tensor> out = recurrence_reference(forward, call);
+  Inputs in = {forward[1], out[0]};
+  for (size_t k = 1 + call.states(); k < out.size(); ++k) in.push_back(out[k]);
+  for (int k = 0; k <= call.states(); ++k) in.push_back(random_tensor(out[k].shape(), seed + k));
   for (size_t k = 3; k < forward.size(); ++k) in.push_back(forward[k]);
   return in;
 }
 
-// The gradients of <output, g_y> + <h_n, g_h> + <c_n, g_c> with respect to
-// each forward input, by central differences of lstm_values. `forward` holds
-// the forward's inputs; `backward` the backward row's.
-std::vector<Tensor> lstm_backward_reference(const Inputs& forward, const Inputs& backward,
-                                            const Lstm& call) {
-  const LstmShapes z(forward[0].shape());
+// The gradients of <output, g_y> + <h_n, g_h> (+ <c_n, g_c>) with respect
+// to each forward input, by central differences of recurrence_values.
+// `forward` holds the forward's inputs; `backward` the backward row's.
+std::vector<Tensor> backward_reference(const Inputs& forward, const Inputs& backward,
+                                       const Call& call) {
+  const Sizes z(forward[0].shape(), call);
   std::vector<std::vector<double>> x;
   for (const Tensor& t : forward) x.push_back(values_of(t));
-  const std::vector<double> g_y = values_of(backward[4]), g_h = values_of(backward[5]),
-                            g_c = values_of(backward[6]);
+  const size_t first_grad = call.saves() ? 4 : 2;
+  std::vector<std::vector<double>> g;
+  for (int k = 0; k <= call.states(); ++k) g.push_back(values_of(backward[first_grad + k]));
   const auto loss = [&]() {
-    std::vector<std::vector<double>> out = lstm_values(x, z.batch, z.steps, z.hidden, call);
+    std::vector<std::vector<double>> out = recurrence_values(x, z.batch, z.steps, z.hidden, call);
     double sum = 0;
-    for (size_t e = 0; e < g_y.size(); ++e) sum += out[0][e] * g_y[e];
-    for (size_t e = 0; e < g_h.size(); ++e) sum += out[1][e] * g_h[e] + out[2][e] * g_c[e];
+    for (size_t k = 0; k < g.size(); ++k) {
+      for (size_t e = 0; e < g[k].size(); ++e) sum += out[k][e] * g[k][e];
+    }
     return sum;
   };
   std::vector<Tensor> grads;
@@ -144,10 +197,11 @@ std::vector<Tensor> lstm_backward_reference(const Inputs& forward, const Inputs&
 }
 
 // (projected, weight_hh, bias_hh[, h0][, c0]) for [batch, steps] and `hidden`.
-Inputs lstm_inputs(int64_t batch, int64_t steps, int64_t hidden, const Lstm& call, uint64_t seed) {
-  Inputs in = {random_tensor({batch, steps, 4 * hidden}, seed),
-               random_tensor({4 * hidden, hidden}, seed + 1),
-               random_tensor({4 * hidden}, seed + 2)};
+Inputs recurrence_inputs(int64_t batch, int64_t steps, int64_t hidden, const Call& call,
+                         uint64_t seed) {
+  const int64_t width = call.gates() * hidden;
+  Inputs in = {random_tensor({batch, steps, width}, seed), random_tensor({width, hidden}, seed + 1),
+               random_tensor({width}, seed + 2)};
   if (call.initial_h) in.push_back(random_tensor({batch, hidden}, seed + 3));
   if (call.initial_c) in.push_back(random_tensor({batch, hidden}, seed + 4));
   return in;
@@ -157,7 +211,7 @@ TANDEM_OP_TEST_ROWS(recurrence) {
   std::vector<OpTestCase> rows;
   const struct {
     const char* name;
-    Lstm call;
+    Call call;
     int64_t batch, steps, hidden;
   } cases[] = {
       {"zero_state", {}, 2, 4, 3},
@@ -168,55 +222,76 @@ TANDEM_OP_TEST_ROWS(recurrence) {
       {"one_step", {.initial_h = true}, 2, 1, 4},
   };
   uint64_t seed = 1;
-  for (const auto& c : cases) {
-    const Inputs forward = lstm_inputs(c.batch, c.steps, c.hidden, c.call, seed += 10);
-    const Lstm call = c.call;
-    add_both(rows, {.name = c.name,
-                    .op = "lstm",
-                    .inputs = forward,
-                    .attrs = call.attrs(),
-                    .reference = [call](const Inputs& in) { return lstm_reference(in, call); }});
-    add_both(rows, {.name = c.name,
-                    .op = "lstm_backward",
-                    .inputs = backward_inputs(forward, call, seed + 5),
-                    .attrs = call.attrs(),
-                    .reference =
-                        [forward, call](const Inputs& in) {
-                          return lstm_backward_reference(forward, in, call);
-                        },
-                    .check_gradient = false});
+  for (Cell cell : {Cell::kRnnTanh, Cell::kRnnRelu, Cell::kLstm, Cell::kGru}) {
+    for (const auto& c : cases) {
+      Call call = c.call;
+      call.cell = cell;
+      if (cell != Cell::kLstm && call.initial_c) {
+        if (!call.initial_h) continue;  // only_c0 is LSTM's.
+        call.initial_c = false;
+      }
+      const Inputs forward = recurrence_inputs(c.batch, c.steps, c.hidden, call, seed += 10);
+      add_both(rows,
+               {.name = c.name,
+                .op = call.op(),
+                .inputs = forward,
+                .attrs = call.attrs(),
+                .reference = [call](const Inputs& in) { return recurrence_reference(in, call); }});
+      add_both(rows, {.name = c.name,
+                      .op = call.backward_op(),
+                      .inputs = backward_inputs(forward, call, seed + 5),
+                      .attrs = call.attrs(),
+                      .reference =
+                          [forward, call](const Inputs& in) {
+                            return backward_reference(forward, in, call);
+                          },
+                      .check_gradient = false});
+    }
+    // No steps: the final states are the initial ones.
+    const Call empty{.cell = cell, .initial_h = true, .initial_c = cell == Cell::kLstm};
+    rows.push_back(
+        {.name = "no_steps",
+         .op = empty.op(),
+         .inputs = recurrence_inputs(2, 0, 3, empty, 90),
+         .attrs = empty.attrs(),
+         .reference = [empty](const Inputs& in) { return recurrence_reference(in, empty); },
+         .check_gradient = false});
   }
-  // No steps: the final states are the initial ones.
-  const Lstm empty{.initial_h = true, .initial_c = true};
-  rows.push_back({.name = "no_steps",
-                  .op = "lstm",
-                  .inputs = lstm_inputs(2, 0, 3, empty, 90),
-                  .attrs = empty.attrs(),
-                  .reference = [empty](const Inputs& in) { return lstm_reference(in, empty); },
-                  .check_gradient = false});
   return rows;
 }
 
-std::string lstm_error(Inputs inputs, Lstm lstm = {}) {
-  return error_of([&] { call("lstm", inputs, lstm.attrs()); });
+std::string error_for(const char* op, Inputs inputs, Attrs attrs = {}) {
+  return error_of([&] { call(op, inputs, attrs); });
 }
 
-TEST(LstmOpTest, NamesWhatDoesNotFit) {
+TEST(RecurrenceOpTest, NamesWhatDoesNotFit) {
+  EXPECT_THAT(error_for("lstm", {random_tensor({2, 3, 6}, 1), random_tensor({8, 2}, 2),
+                                 random_tensor({8}, 3)}),
+              HasSubstr("projected must be [batch, seq, 4 * hidden], got [2, 3, 6]"));
+  EXPECT_THAT(error_for("lstm", {random_tensor({2, 3, 8}, 1), random_tensor({8, 3}, 2),
+                                 random_tensor({8}, 3)}),
+              HasSubstr("weight_hh must be [4 * hidden, hidden] = [8, 2]"));
+  EXPECT_THAT(error_for("gru", {random_tensor({2, 3, 6}, 1), random_tensor({6, 2}, 2),
+                                random_tensor({8}, 3)}),
+              HasSubstr("bias_hh must be [6], got [8]"));
+  EXPECT_THAT(error_for("rnn_tanh", {random_tensor({2, 3, 4}, 1), random_tensor({4, 2}, 2),
+                                     random_tensor({4}, 3)}),
+              HasSubstr("weight_hh must be [hidden, hidden] = [4, 4]"));
   EXPECT_THAT(
-      lstm_error({random_tensor({2, 3, 6}, 1), random_tensor({8, 2}, 2), random_tensor({8}, 3)}),
-      HasSubstr("projected must be [batch, seq, 4 * hidden], got [2, 3, 6]"));
-  EXPECT_THAT(
-      lstm_error({random_tensor({2, 3, 8}, 1), random_tensor({8, 3}, 2), random_tensor({8}, 3)}),
-      HasSubstr("weight_hh must be [4 * hidden, hidden] = [8, 2]"));
-  EXPECT_THAT(
-      lstm_error({random_tensor({2, 3, 8}, 1), random_tensor({8, 2}, 2), random_tensor({8}, 3)},
-                 {.initial_h = true}),
+      error_for("lstm",
+                {random_tensor({2, 3, 8}, 1), random_tensor({8, 2}, 2), random_tensor({8}, 3)},
+                {{"initial_h", true}}),
       HasSubstr("takes projected, weight_hh, bias_hh and 1 initial states"));
-  EXPECT_THAT(lstm_error({random_tensor({2, 3, 8}, 1), random_tensor({8, 2}, 2),
-                          random_tensor({8}, 3), random_tensor({3, 2}, 4)},
-                         {.initial_c = true}),
+  EXPECT_THAT(error_for("gru",
+                        {random_tensor({2, 3, 6}, 1), random_tensor({6, 2}, 2),
+                         random_tensor({6}, 3), random_tensor({3, 2}, 4)},
+                        {{"initial_h", true}}),
               HasSubstr("an initial state must be float64 [batch, hidden] = [2, 2], got float64 "
                         "[3, 2]"));
+  EXPECT_THAT(error_for("gru_backward", {random_tensor({6, 2}, 1), random_tensor({2, 3, 2}, 2),
+                                         random_tensor({2, 3, 2}, 3), random_tensor({2, 3, 5}, 4),
+                                         random_tensor({2, 3, 2}, 5), random_tensor({2, 2}, 6)}),
+              HasSubstr("gates must be float64 [2, 3, 6], got float64 [2, 3, 5]"));
 }
 
 }  // namespace
