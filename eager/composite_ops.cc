@@ -138,4 +138,43 @@ Tensor tile(const Tensor& x, const Dims& reps, std::source_location site) {
   return y;
 }
 
+namespace {
+
+// [N, C, L] as [N, C, 1, L]; the weight [a, b, k] as [a, b, 1, k].
+Tensor with_unit_height(const Tensor& t, std::source_location site) {
+  const Shape& s = t.shape();
+  return reshape(t, {s[0], s[1], 1, s[2]}, site);
+}
+
+Tensor without_height(const Tensor& t, std::source_location site) {
+  const Shape& s = t.shape();
+  return reshape(t, {s[0], s[1], s[3]}, site);
+}
+
+void check_1d(const char* function, const Tensor& x, const Tensor& weight, const char* layout) {
+  TANDEM_CHECK(x.rank() == 3, function, ": x must be [N, C, L], got ", x.shape().to_string());
+  TANDEM_CHECK(weight.rank() == 3, function, ": weight must be ", layout, ", got ",
+               weight.shape().to_string());
+}
+
+}  // namespace
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+              int64_t padding, int64_t dilation, int64_t groups, std::source_location site) {
+  check_1d("conv1d", x, weight, "[out, in / groups, k]");
+  return without_height(conv2d(with_unit_height(x, site), with_unit_height(weight, site), bias,
+                               {1, stride}, {0, padding}, {1, dilation}, groups, site),
+                        site);
+}
+
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+                        int64_t padding, int64_t output_padding, int64_t groups, int64_t dilation,
+                        std::source_location site) {
+  check_1d("conv_transpose1d", x, weight, "[in, out / groups, k]");
+  return without_height(
+      conv_transpose2d(with_unit_height(x, site), with_unit_height(weight, site), bias, {1, stride},
+                       {0, padding}, {0, output_padding}, groups, {1, dilation}, site),
+      site);
+}
+
 }  // namespace tandem

@@ -1,6 +1,6 @@
 // Ops written as compositions of the registry's ops: masked_fill,
-// logsumexp, tril / triu (and tril_mask), flip, roll, tile and
-// max_unpool2d, with torch's semantics.
+// logsumexp, tril / triu (and tril_mask), flip, roll, tile, max_unpool2d,
+// conv1d and conv_transpose1d, with torch's semantics.
 //
 //   Tensor scores = masked_fill(scores, padding, -INFINITY);
 //   Tensor lse = logsumexp(logits, {-1});
@@ -75,5 +75,18 @@ Tensor max_unpool2d(const Tensor& x, const Tensor& indices, const Dims& kernel,
                     const Dims& stride = {}, const Dims& padding = {0, 0},
                     const Dims& output_size = {},
                     std::source_location where = std::source_location::current());
+
+// The 1-d convolutions, as torch's F.conv1d (weight [out, in / groups, k])
+// and F.conv_transpose1d (weight [in, out / groups, k]) over x [N, C, L]:
+// the 2-d op over a height of 1 (x viewed as [N, C, 1, L], the weight with
+// a kernel height of 1, nothing strided or padded along it), so their
+// gradients, fusion and export are the 2-d op's. Errors name the 1-d call.
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1,
+              std::source_location where = std::source_location::current());
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        int64_t stride = 1, int64_t padding = 0, int64_t output_padding = 0,
+                        int64_t groups = 1, int64_t dilation = 1,
+                        std::source_location where = std::source_location::current());
 
 }  // namespace tandem

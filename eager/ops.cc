@@ -32,6 +32,13 @@ Attrs pool_attrs(const Dims& kernel, const Dims& stride, const Dims& padding) {
   return {{"kernel", kernel}, {"stride", stride}, {"padding", padding}};
 }
 
+Attrs max_pool_attrs(const Dims& kernel, const Dims& stride, const Dims& padding,
+                     const Dims& dilation) {
+  Attrs attrs = pool_attrs(kernel, stride, padding);
+  attrs.set("dilation", dilation);
+  return attrs;
+}
+
 // The global generator behind random ops: splitmix64 over a seeded counter.
 struct Generator {
   std::mutex mu;
@@ -408,12 +415,13 @@ std::vector<Tensor> recurrent_layer(RecurrentKind kind, const Tensor& projected,
   return out;
 }
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,
-                  Location where) {
-  return call1<"max_pool2d">({x}, pool_attrs(kernel, stride, padding), where);
+                  const Dims& dilation, Location where) {
+  return call1<"max_pool2d">({x}, max_pool_attrs(kernel, stride, padding, dilation), where);
 }
 ValuesAndIndices max_pool2d_with_indices(const Tensor& x, const Dims& kernel, const Dims& stride,
-                                         const Dims& padding, Location where) {
-  const Attrs attrs = pool_attrs(kernel, stride, padding);
+                                         const Dims& padding, const Dims& dilation,
+                                         Location where) {
+  const Attrs attrs = max_pool_attrs(kernel, stride, padding, dilation);
   return {call1<"max_pool2d">({x}, attrs, where), call1<"max_pool2d_indices">({x}, attrs, where)};
 }
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride, const Dims& padding,

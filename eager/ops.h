@@ -356,15 +356,17 @@ enum class RecurrentKind { kRnnTanh, kRnnRelu, kLstm, kGru };
 std::vector<Tensor> recurrent_layer(RecurrentKind kind, const Tensor& projected,
                                     const Tensor& weight_hh, const Tensor& bias_hh,
                                     const Tensor& h0, const Tensor& c0, bool reverse, TANDEM_HERE);
+// Windows read kernel positions `dilation` apart per axis (torch's
+// dilation); one that would read padding alone is an Error.
 Tensor max_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
-                  const Dims& padding = {0, 0}, TANDEM_HERE);
+                  const Dims& padding = {0, 0}, const Dims& dilation = {1, 1}, TANDEM_HERE);
 // max_pool2d's values and, as torch's return_indices, where each came from:
 // int64 offsets within the input plane (iy * W + ix), the first maximum of
 // each window in row-major order (a NaN before any number). max_unpool2d
 // (eager/composite_ops.h) puts values back there.
 ValuesAndIndices max_pool2d_with_indices(const Tensor& x, const Dims& kernel,
                                          const Dims& stride = {}, const Dims& padding = {0, 0},
-                                         TANDEM_HERE);
+                                         const Dims& dilation = {1, 1}, TANDEM_HERE);
 Tensor avg_pool2d(const Tensor& x, const Dims& kernel, const Dims& stride = {},
                   const Dims& padding = {0, 0}, TANDEM_HERE);
 Tensor adaptive_avg_pool2d(const Tensor& x, const Dims& output_size, TANDEM_HERE);

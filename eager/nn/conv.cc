@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "eager/composite_ops.h"
 #include "eager/nn/init.h"
 #include "eager/ops.h"
 
@@ -52,6 +53,31 @@ Conv2dOptions as_2d(const Conv1dOptions& o) {
           .dtype = o.dtype};
 }
 
+// A transposed one's options but output_padding.
+Conv1dOptions as_conv1d(const ConvTranspose1dOptions& o) {
+  return {.in_channels = o.in_channels,
+          .out_channels = o.out_channels,
+          .kernel_size = o.kernel_size,
+          .stride = o.stride,
+          .padding = o.padding,
+          .dilation = o.dilation,
+          .groups = o.groups,
+          .bias = o.bias,
+          .dtype = o.dtype};
+}
+
+// A 1-d convolution's extra_repr: what differs from the defaults.
+std::string repr_1d(const Conv1dOptions& o, int64_t output_padding = 0) {
+  std::string out = str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size);
+  if (o.stride != 1) out += str_cat(", stride=", o.stride);
+  if (o.padding != 0) out += str_cat(", padding=", o.padding);
+  if (output_padding != 0) out += str_cat(", output_padding=", output_padding);
+  if (o.dilation != 1) out += str_cat(", dilation=", o.dilation);
+  if (o.groups != 1) out += str_cat(", groups=", o.groups);
+  if (!o.bias) out += ", bias=false";
+  return out;
+}
+
 }  // namespace
 
 Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
@@ -93,25 +119,11 @@ Tensor Conv1d::forward(const Tensor& x) {
   TANDEM_CHECK(x.rank() == 3 && x.shape()[1] == o.in_channels, "Conv1d(", o.in_channels, " -> ",
                o.out_channels, ") expects input of shape [N, ", o.in_channels, ", L], got ",
                x.shape().to_string());
-  const std::source_location site = call_site();
-  const Conv2dOptions o2 = as_2d(o);
-  const Shape& w = weight_.shape();
-  Tensor y = conv2d(reshape(x, {x.shape()[0], x.shape()[1], 1, x.shape()[2]}, site),
-                    reshape(weight_, {w[0], w[1], 1, w[2]}, site), o.bias ? bias_ : zero_bias_,
-                    o2.stride.dims(), o2.padding.dims(), o2.dilation.dims(), o.groups, site);
-  return reshape(y, {y.shape()[0], y.shape()[1], y.shape()[3]}, site);
+  return conv1d(x, weight_, o.bias ? bias_ : zero_bias_, o.stride, o.padding, o.dilation, o.groups,
+                call_site());
 }
 
-std::string Conv1d::extra_repr() const {
-  const Conv1dOptions& o = options_;
-  std::string out = str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size);
-  if (o.stride != 1) out += str_cat(", stride=", o.stride);
-  if (o.padding != 0) out += str_cat(", padding=", o.padding);
-  if (o.dilation != 1) out += str_cat(", dilation=", o.dilation);
-  if (o.groups != 1) out += str_cat(", groups=", o.groups);
-  if (!o.bias) out += ", bias=false";
-  return out;
-}
+std::string Conv1d::extra_repr() const { return repr_1d(options_); }
 
 ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options) : options_(options) {
   const ConvTranspose2dOptions& o = options;
@@ -155,6 +167,28 @@ std::string ConvTranspose2d::extra_repr() const {
   if (o.groups != 1) out += str_cat(", groups=", o.groups);
   if (!o.bias) out += ", bias=false";
   return out;
+}
+
+ConvTranspose1d::ConvTranspose1d(const ConvTranspose1dOptions& options) : options_(options) {
+  const ConvTranspose1dOptions& o = options;
+  TANDEM_CHECK(o.output_padding >= 0, "ConvTranspose1d needs non-negative output_padding, got ",
+               o.output_padding);
+  make_parameters(*this, "ConvTranspose1d", as_2d(as_conv1d(o)),
+                  Shape{o.in_channels, o.out_channels / o.groups, o.kernel_size}, weight_, bias_,
+                  zero_bias_);
+}
+
+Tensor ConvTranspose1d::forward(const Tensor& x) {
+  const ConvTranspose1dOptions& o = options_;
+  TANDEM_CHECK(x.rank() == 3 && x.shape()[1] == o.in_channels, "ConvTranspose1d(", o.in_channels,
+               " -> ", o.out_channels, ") expects input of shape [N, ", o.in_channels, ", L], got ",
+               x.shape().to_string());
+  return conv_transpose1d(x, weight_, o.bias ? bias_ : zero_bias_, o.stride, o.padding,
+                          o.output_padding, o.groups, o.dilation, call_site());
+}
+
+std::string ConvTranspose1d::extra_repr() const {
+  return repr_1d(as_conv1d(options_), options_.output_padding);
 }
 
 }  // namespace tandem::nn

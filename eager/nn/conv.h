@@ -1,6 +1,6 @@
-// nn::Conv2d, nn::Conv1d and nn::ConvTranspose2d: convolutions over
-// [N, C, H, W] and [N, C, L] input, and the transposed convolution, as
-// torch::nn::Conv2d, Conv1d and ConvTranspose2d.
+// nn::Conv2d, nn::Conv1d, nn::ConvTranspose2d and nn::ConvTranspose1d:
+// convolutions over [N, C, H, W] and [N, C, L] input, and the transposed
+// convolutions, as torch::nn's modules of those names.
 //
 //   auto conv = std::make_shared<nn::Conv2d>(3, 16, /*kernel=*/3, /*stride=*/1, /*padding=*/1);
 //   Tensor y = conv->forward(x);                 // [N, 3, 32, 32] -> [N, 16, 32, 32]
@@ -15,10 +15,12 @@
 // +-1/sqrt(fan_in).
 // Output size per spatial axis: (size + 2 padding - dilation (k - 1) - 1) / stride + 1.
 //
-// Conv1d is Conv2d over a height of 1: its weight keeps torch's shape
-// [out, in / groups, k] (so state dicts carry over), and forward views the
-// input as [N, C, 1, L] and the weight as [out, in / groups, 1, k] for the
-// one convolution op, so it trains, hybridizes and exports as Conv2d does.
+// Conv1d is Conv2d over a height of 1 (conv1d in eager/composite_ops.h):
+// its weight keeps torch's shape [out, in / groups, k] (so state dicts carry
+// over), and forward views the input as [N, C, 1, L] and the weight as
+// [out, in / groups, 1, k] for the one convolution op, so it trains,
+// hybridizes and exports as Conv2d does. ConvTranspose1d is ConvTranspose2d
+// over a height of 1 the same way.
 #pragma once
 
 #include <cstdint>
@@ -144,6 +146,46 @@ class ConvTranspose2d : public Module {
 
  private:
   ConvTranspose2dOptions options_;
+  Tensor weight_;
+  Tensor bias_;
+  Tensor zero_bias_;
+};
+
+struct ConvTranspose1dOptions {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t kernel_size = 0;
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output_padding = 0;  // As ConvTranspose2dOptions's.
+  int64_t groups = 1;
+  bool bias = true;
+  int64_t dilation = 1;
+  DType dtype = DType::kFloat32;
+};
+
+// "weight" [in, out / groups, k], "bias" [out]. Output length: (L - 1)
+// stride - 2 padding + dilation (k - 1) + output_padding + 1.
+class ConvTranspose1d : public Module {
+ public:
+  explicit ConvTranspose1d(const ConvTranspose1dOptions& options);
+  ConvTranspose1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                  int64_t stride = 1, int64_t padding = 0, int64_t output_padding = 0,
+                  int64_t groups = 1, bool bias = true, int64_t dilation = 1)
+      : ConvTranspose1d(ConvTranspose1dOptions{in_channels, out_channels, kernel_size, stride,
+                                               padding, output_padding, groups, bias, dilation}) {}
+
+  // x: [N, in_channels, L] -> [N, out_channels, L'].
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ConvTranspose1d"; }
+  std::string extra_repr() const override;
+
+  const ConvTranspose1dOptions& options() const { return options_; }
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // Undefined without bias.
+
+ private:
+  ConvTranspose1dOptions options_;
   Tensor weight_;
   Tensor bias_;
   Tensor zero_bias_;

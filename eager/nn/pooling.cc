@@ -25,10 +25,22 @@ std::string Pool2d::extra_repr() const {
   return out;
 }
 
+MaxPool2d::MaxPool2d(Size2 kernel_size, std::optional<Size2> stride, Size2 padding, Size2 dilation)
+    : Pool2d(Pool2dOptions{kernel_size, stride, padding}), dilation_(dilation) {
+  TANDEM_CHECK(dilation.h > 0 && dilation.w > 0, "MaxPool2d needs a positive dilation, got ",
+               dilation.to_string());
+}
+
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_input(x);
   return max_pool2d(x, options().kernel_size.dims(), stride().dims(), options().padding.dims(),
-                    call_site());
+                    dilation_.dims(), call_site());
+}
+
+std::string MaxPool2d::extra_repr() const {
+  std::string out = Pool2d::extra_repr();
+  if (dilation_ != Size2(1)) out += str_cat(", dilation=", dilation_.to_string());
+  return out;
 }
 
 Tensor AvgPool2d::forward(const Tensor& x) {

@@ -4,8 +4,9 @@
 //   pool.forward(x);                        // [N, C, 28, 28] -> [N, C, 14, 14]
 //   nn::AdaptiveAvgPool2d gap(1);           // any [N, C, H, W] -> [N, C, 1, 1]
 //
-// Output size per spatial axis: (size + 2 padding - kernel) / stride + 1,
-// rounded down. The stride defaults to the kernel size. AvgPool2d counts the
+// Output size per spatial axis: (size + 2 padding - dilation (kernel - 1) -
+// 1) / stride + 1, rounded down (dilation: MaxPool2d's, else 1). The stride
+// defaults to the kernel size. AvgPool2d counts the
 // padding zeros in its averages, as PyTorch's default does.
 #pragma once
 
@@ -39,14 +40,18 @@ class Pool2d : public Module {
   Pool2dOptions options_;
 };
 
-// The maximum of each window.
+// The maximum of each window, whose positions are `dilation` apart.
 class MaxPool2d : public Pool2d {
  public:
   explicit MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt,
-                     Size2 padding = 0)
-      : Pool2d(Pool2dOptions{kernel_size, stride, padding}) {}
+                     Size2 padding = 0, Size2 dilation = 1);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "MaxPool2d"; }
+  std::string extra_repr() const override;
+  Size2 dilation() const { return dilation_; }
+
+ private:
+  Size2 dilation_;
 };
 
 // The mean of each window.

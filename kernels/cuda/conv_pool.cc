@@ -310,9 +310,11 @@ PoolGeometry fixed_windows(const KernelContext& c, const Shape& in, const Shape&
   const std::vector<int64_t>& padding = attrs.get_ints("padding");
   const std::vector<int64_t>& stride =
       attrs.get_ints("stride").empty() ? kernel : attrs.get_ints("stride");
+  const std::vector<int64_t> dilation =
+      attrs.has("dilation") ? attrs.get_ints("dilation") : std::vector<int64_t>{1, 1};
   return {.planes = in[0] * in[1],
-          .y = {in[2], out[2], kernel[0], stride[0], padding[0]},
-          .x = {in[3], out[3], kernel[1], stride[1], padding[1]}};
+          .y = {in[2], out[2], kernel[0], stride[0], padding[0], dilation[0]},
+          .x = {in[3], out[3], kernel[1], stride[1], padding[1], dilation[1]}};
 }
 
 PoolGeometry adaptive_windows(const KernelContext&, const Shape& in, const Shape& out) {

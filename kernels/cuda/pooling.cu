@@ -5,17 +5,26 @@ namespace tandem::kernels::cuda::pooling {
 namespace {
 
 // Window arithmetic along one axis, for the two kinds of windows. Each gives
-// a window's input range [begin, end) clipped to the input, the divisor of
-// an average, and the windows [first_window, last_window] covering an input.
+// the input positions a window reads, begin(o), begin(o) + step, ... below
+// end(o), clipped to the input; the divisor of an average; and the windows
+// [first_window, last_window] whose span includes an input (with a
+// dilation, a superset of those that read it).
 struct FixedAxis {
-  int64_t in, out, kernel, stride, padding;
+  int64_t in, out, kernel, stride, padding, dilation;
 
-  __device__ int64_t begin(int64_t o) const { return max(o * stride - padding, int64_t{0}); }
-  __device__ int64_t end(int64_t o) const { return min(o * stride - padding + kernel, in); }
+  __device__ int64_t start(int64_t o) const { return o * stride - padding; }
+  // The first tap at or after 0 (the CPU's window_span).
+  __device__ int64_t begin(int64_t o) const {
+    const int64_t s = start(o);
+    return s >= 0 ? s : s + (-s + dilation - 1) / dilation * dilation;
+  }
+  __device__ int64_t end(int64_t o) const { return min(start(o) + extent(), in); }
+  __device__ int64_t step() const { return dilation; }
+  __device__ int64_t extent() const { return (kernel - 1) * dilation + 1; }
   __device__ int64_t divisor(int64_t) const { return kernel; }  // Padding counts.
-  // Window o covers i when o stride - padding <= i < o stride - padding + kernel.
+  // Window o spans i when o stride - padding <= i < o stride - padding + extent.
   __device__ int64_t first_window(int64_t i) const {
-    const int64_t before = i + padding - kernel;  // Windows need o stride > before.
+    const int64_t before = i + padding - extent();  // Windows need o stride > before.
     return before < 0 ? 0 : before / stride + 1;
   }
   __device__ int64_t last_window(int64_t i) const { return min((i + padding) / stride, out - 1); }
@@ -26,6 +35,7 @@ struct AdaptiveAxis {
 
   __device__ int64_t begin(int64_t o) const { return o * in / out; }
   __device__ int64_t end(int64_t o) const { return ((o + 1) * in + out - 1) / out; }
+  __device__ int64_t step() const { return 1; }
   __device__ int64_t divisor(int64_t o) const { return end(o) - begin(o); }
   // begin(o) <= i  <=>  o <= ceil((i + 1) out / in) - 1;  end(o) > i  <=>  o >= floor(i out / in).
   __device__ int64_t first_window(int64_t i) const { return i * out / in; }
@@ -58,8 +68,8 @@ __global__ void window_argmax(FixedAxis ay, FixedAxis ax, int64_t count, const T
     const int64_t ix0 = ax.begin(at.ox), ix1 = ax.end(at.ox);
     int64_t best = iy0 * ax.in + ix0;
     T best_value = plane[best];
-    for (int64_t iy = iy0; iy < iy1; ++iy) {
-      for (int64_t ix = ix0; ix < ix1; ++ix) {
+    for (int64_t iy = iy0; iy < iy1; iy += ay.step()) {
+      for (int64_t ix = ix0; ix < ix1; ix += ax.step()) {
         const T v = plane[iy * ax.in + ix];
         if (v > best_value || (isnan(v) && !isnan(best_value))) {
           best = iy * ax.in + ix;
@@ -72,7 +82,8 @@ __global__ void window_argmax(FixedAxis ay, FixedAxis ax, int64_t count, const T
   }
 }
 
-// grad_x[i]: the sum of grad_y over the windows whose argmax is i.
+// grad_x[i]: the sum of grad_y over the windows whose argmax is i (of
+// those whose span includes i, in order: the CPU's order of addition).
 template <class T>
 __global__ void max_backward(FixedAxis ay, FixedAxis ax, int64_t count, const int64_t* argmax,
                              const T* grad_y, T* grad_x) {
@@ -96,8 +107,10 @@ __global__ void average(Axis ay, Axis ax, int64_t count, const T* x, T* y) {
     const OutputIndex<Axis> at(o, ay, ax);
     const T* plane = x + at.plane * ay.in * ax.in;
     T sum = 0;
-    for (int64_t iy = ay.begin(at.oy); iy < ay.end(at.oy); ++iy) {
-      for (int64_t ix = ax.begin(at.ox); ix < ax.end(at.ox); ++ix) sum += plane[iy * ax.in + ix];
+    for (int64_t iy = ay.begin(at.oy); iy < ay.end(at.oy); iy += ay.step()) {
+      for (int64_t ix = ax.begin(at.ox); ix < ax.end(at.ox); ix += ax.step()) {
+        sum += plane[iy * ax.in + ix];
+      }
     }
     y[o] = sum / static_cast<T>(ay.divisor(at.oy) * ax.divisor(at.ox));
   }
@@ -119,7 +132,9 @@ __global__ void average_backward(Axis ay, Axis ax, int64_t count, const T* grad_
   }
 }
 
-FixedAxis fixed(const PoolAxis& a) { return {a.in, a.out, a.kernel, a.stride, a.padding}; }
+FixedAxis fixed(const PoolAxis& a) {
+  return {a.in, a.out, a.kernel, a.stride, a.padding, a.dilation};
+}
 
 int64_t input_count(const PoolGeometry& g) { return g.planes * g.y.in * g.x.in; }
 int64_t output_count(const PoolGeometry& g) { return g.planes * g.y.out * g.x.out; }

@@ -20,11 +20,12 @@
 namespace tandem::kernels::cuda::pooling {
 
 // The windows along one axis: `in` input positions, `out` windows. Fixed
-// windows start every `stride` from -`padding` and span `kernel`; adaptive
-// windows (kernel 0) are [floor(o in / out), ceil((o + 1) in / out)).
+// windows start every `stride` from -`padding` and read `kernel` positions
+// `dilation` apart (max pooling's; 1 for average pooling); adaptive windows
+// (kernel 0) are [floor(o in / out), ceil((o + 1) in / out)).
 struct PoolAxis {
   int64_t in = 0, out = 0;
-  int64_t kernel = 0, stride = 1, padding = 0;
+  int64_t kernel = 0, stride = 1, padding = 0, dilation = 1;
 };
 
 struct PoolGeometry {

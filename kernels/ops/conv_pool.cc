@@ -11,12 +11,12 @@
 //
 // Conventions, as in PyTorch: output size floor((in + 2 pad - dilation (k-1)
 // - 1) / stride) + 1 (no ceil mode); pooling padding at most half the kernel;
-// max pooling ignores padding; avg_pool2d counts padded zeros in the divisor
-// (count_include_pad = true, PyTorch's default), so every window divides by
-// kH * kW; adaptive windows are [floor(i H / oh), ceil((i + 1) H / oh)).
-// max_pool2d_backward recomputes the argmax (the first maximum of each
-// window in row-major order), which keeps it deterministic and needs no
-// saved indices.
+// max pooling ignores padding and takes a dilation (a window reads every
+// dilation-th element; one that would read padding alone is refused); avg_pool2d counts padded
+// zeros in the divisor (count_include_pad = true, PyTorch's default), so every window divides by kH
+// * kW; adaptive windows are [floor(i H / oh), ceil((i + 1) H / oh)). max_pool2d_backward
+// recomputes the argmax (the first maximum of each window in row-major order), which keeps it
+// deterministic and needs no saved indices.
 //
 // float32 conv2d and the conv backward ops run on oneDNN (in the blocked
 // layouts oneDNN picks, reordered from and to the tensors' NCHW/OIHW; Note
@@ -461,9 +461,24 @@ std::vector<Tensor> conv_transpose2d_gradient(const GradContext& c) {
 
 // Pooling
 
+// The input positions window o reads along one axis: begin, begin + step,
+// ... below end, clipped to [0, in). Empty when begin >= end.
+struct WindowSpan {
+  int64_t begin, end, step;
+};
+
+WindowSpan window_span(int64_t o, int64_t in, int64_t kernel, int64_t stride, int64_t padding,
+                       int64_t dilation) {
+  const int64_t start = o * stride - padding;
+  // The first tap at or after 0: start + ceil(-start / dilation) dilation.
+  const int64_t begin = start >= 0 ? start : start + (-start + dilation - 1) / dilation * dilation;
+  return {begin, std::min(start + (kernel - 1) * dilation + 1, in), dilation};
+}
+
 struct Pool {
   int64_t n = 0, c = 0, h = 0, w = 0;
   Pair kernel{}, stride{}, padding{};
+  Pair dilation{1, 1};  // max pooling's; average pooling has none.
   int64_t oh = 0, ow = 0;
   Shape in() const { return Shape{n, c, h, w}; }
   Shape out() const { return Shape{n, c, oh, ow}; }
@@ -476,6 +491,7 @@ Pool pool_geometry(const Shape& x, const Attrs& attrs) {
   p.kernel = pair_attr(attrs, "kernel", 1);
   p.stride = attrs.get_ints("stride").empty() ? p.kernel : pair_attr(attrs, "stride", 1);
   p.padding = pair_attr(attrs, "padding", 0);
+  if (attrs.has("dilation")) p.dilation = pair_attr(attrs, "dilation", 1);
   // An empty image would leave windows made of padding alone, which have no
   // maximum (PyTorch refuses them too); an empty batch is fine.
   TANDEM_CHECK(p.h > 0 && p.w > 0, "x has shape ", x.to_string(),
@@ -487,8 +503,23 @@ Pool pool_geometry(const Shape& x, const Attrs& attrs) {
   // The divisor of avg_pool2d; the windows' loops stay within the input.
   checked_mul(p.kernel[0], p.kernel[1], "the kernel area of ",
               [&] { return attr_to_string(ints(p.kernel)); });
-  p.oh = sweep("kernel height", p.h, p.padding[0], p.kernel[0], p.stride[0], x);
-  p.ow = sweep("kernel width", p.w, p.padding[1], p.kernel[1], p.stride[1], x);
+  p.oh = sweep("kernel height", p.h, p.padding[0], dilated(p.kernel[0], p.dilation[0], "kernel"),
+               p.stride[0], x);
+  p.ow = sweep("kernel width", p.w, p.padding[1], dilated(p.kernel[1], p.dilation[1], "kernel"),
+               p.stride[1], x);
+  // Undilated windows always reach the input; dilated ones can fall on
+  // padding alone, leaving no maximum.
+  for (int axis : {0, 1}) {
+    const int64_t out = axis == 0 ? p.oh : p.ow, in = x[2 + axis];
+    for (int64_t o = 0; o < out && p.dilation[axis] > 1; ++o) {
+      const WindowSpan span =
+          window_span(o, in, p.kernel[axis], p.stride[axis], p.padding[axis], p.dilation[axis]);
+      TANDEM_CHECK(span.begin < span.end, "window ", o, " along ", axis == 0 ? "height" : "width",
+                   " reads padding alone (kernel ", attr_to_string(ints(p.kernel)), ", dilation ",
+                   attr_to_string(ints(p.dilation)), ", padding ", attr_to_string(ints(p.padding)),
+                   ", x of shape ", x.to_string(), ")");
+    }
+  }
   return p;
 }
 
@@ -519,6 +550,7 @@ bool pool2d_on_one_core(const CallShapes& shapes) {
 // whether it did.
 bool pool_onednn(const Pool& p, dnnl::algorithm algorithm, const Tensor& x, const Tensor& y) {
   using namespace onednn;
+  if (p.dilation != Pair{1, 1}) return false;  // The v1 pooling descriptor has none.
   const OneThread one_thread(pool_on_one_core(x.shape(), y.shape()));
   dnnl::memory::desc src = desc(dims_of(p.in()), dnnl::memory::format_tag::nchw);
   dnnl::memory::desc dst = desc(dims_of(p.out()), dnnl::memory::format_tag::nchw);
@@ -547,18 +579,16 @@ void for_each_plane(const Pool& p, F f) {
   });
 }
 
-// Calls f(out, iy0, iy1, ix0, ix1) for every window of one plane: `out` is
-// the window's output within the plane, the rest its bounds clipped to the
-// input.
+// Calls f(out, rows, columns) for every window of one plane: `out` is the
+// window's output within the plane, the spans the positions it reads.
 template <class F>
 void for_each_window_in_plane(const Pool& p, F f) {
   for (int64_t oy = 0; oy < p.oh; ++oy) {
-    const int64_t y0 = oy * p.stride[0] - p.padding[0];
-    const int64_t iy0 = std::max<int64_t>(y0, 0), iy1 = std::min(y0 + p.kernel[0], p.h);
+    const WindowSpan rows =
+        window_span(oy, p.h, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0]);
     for (int64_t ox = 0; ox < p.ow; ++ox) {
-      const int64_t x0 = ox * p.stride[1] - p.padding[1];
-      const int64_t ix0 = std::max<int64_t>(x0, 0), ix1 = std::min(x0 + p.kernel[1], p.w);
-      f(oy * p.ow + ox, iy0, iy1, ix0, ix1);
+      f(oy * p.ow + ox, rows,
+        window_span(ox, p.w, p.kernel[1], p.stride[1], p.padding[1], p.dilation[1]));
     }
   }
 }
@@ -576,12 +606,12 @@ bool any_nan(const T* data, int64_t count) {
 // data, and on random activations those branches mispredict so often that
 // the backward pass of a 2x2 pooling takes ~4x as long.
 template <bool kNanAware, class T>
-int64_t window_argmax(const T* plane, int64_t width, int64_t iy0, int64_t iy1, int64_t ix0,
-                      int64_t ix1) {
-  int64_t best = iy0 * width + ix0;
+int64_t window_argmax(const T* plane, int64_t width, const WindowSpan& rows,
+                      const WindowSpan& columns) {
+  int64_t best = rows.begin * width + columns.begin;
   T best_value = plane[best];
-  for (int64_t iy = iy0; iy < iy1; ++iy) {
-    for (int64_t ix = ix0; ix < ix1; ++ix) {
+  for (int64_t iy = rows.begin; iy < rows.end; iy += rows.step) {
+    for (int64_t ix = columns.begin; ix < columns.end; ix += columns.step) {
       const T v = plane[iy * width + ix];
       const bool take =
           kNanAware ? v > best_value || (std::isnan(v) && !std::isnan(best_value)) : v > best_value;
@@ -598,8 +628,8 @@ template <class T, class F>
 void for_each_window_argmax(const Pool& p, const T* x, F f) {
   auto each = [&]<bool kNanAware>() {
     for_each_window_in_plane(p,
-                             [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
-                               f(out, window_argmax<kNanAware>(x, p.w, iy0, iy1, ix0, ix1));
+                             [&](int64_t out, const WindowSpan& rows, const WindowSpan& columns) {
+                               f(out, window_argmax<kNanAware>(x, p.w, rows, columns));
                              });
   };
   if (any_nan(x, p.h * p.w)) {
@@ -617,7 +647,7 @@ void for_each_window_argmax(const Pool& p, const T* x, F f) {
 template <class T, class Combine, class Finish>
 void pool_plane(const Pool& p, const T* x, T* y, T identity, Combine combine, Finish finish) {
   const bool no_padding = p.padding[0] == 0 && p.padding[1] == 0;
-  if (no_padding && p.kernel == Pair{2, 2} && p.stride == Pair{2, 2}) {
+  if (no_padding && p.kernel == Pair{2, 2} && p.stride == Pair{2, 2} && p.dilation == Pair{1, 1}) {
     // The common 2x2 pooling: each window's four inputs in one pass over
     // the output row (its loads interleaved, which vectorizes), instead of a
     // pass per input: LeNet-5's poolings took a seventh of its inference.
@@ -641,7 +671,8 @@ void pool_plane(const Pool& p, const T* x, T* y, T identity, Combine combine, Fi
       std::fill(out, out + p.ow, identity);
       for (int64_t ky = 0; ky < p.kernel[0]; ++ky) {
         for (int64_t kx = 0; kx < p.kernel[1]; ++kx) {
-          const T* __restrict in = x + (oy * p.stride[0] + ky) * p.w + kx;
+          const T* __restrict in =
+              x + (oy * p.stride[0] + ky * p.dilation[0]) * p.w + kx * p.dilation[1];
           for (int64_t ox = 0; ox < p.ow; ++ox) out[ox] = combine(out[ox], in[ox * stride]);
         }
       }
@@ -649,10 +680,12 @@ void pool_plane(const Pool& p, const T* x, T* y, T identity, Combine combine, Fi
     }
     return;
   }
-  for_each_window_in_plane(p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+  for_each_window_in_plane(p, [&](int64_t out, const WindowSpan& rows, const WindowSpan& columns) {
     T acc = identity;
-    for (int64_t iy = iy0; iy < iy1; ++iy) {
-      for (int64_t ix = ix0; ix < ix1; ++ix) acc = combine(acc, x[iy * p.w + ix]);
+    for (int64_t iy = rows.begin; iy < rows.end; iy += rows.step) {
+      for (int64_t ix = columns.begin; ix < columns.end; ix += columns.step) {
+        acc = combine(acc, x[iy * p.w + ix]);
+      }
     }
     y[out] = finish(acc);
   });
@@ -772,8 +805,8 @@ void max_pool2d_backward_kernel(const KernelContext& c) {
   const Tensor &x = c.inputs[0], &gy = c.inputs[1], &gx = c.outputs[0];
   Pool p = pool_geometry(x.shape(), c.attrs);
   if (gx.numel() == 0) return;
-  const bool two_by_two =
-      p.kernel == Pair{2, 2} && p.stride == Pair{2, 2} && p.padding == Pair{0, 0};
+  const bool two_by_two = p.kernel == Pair{2, 2} && p.stride == Pair{2, 2} &&
+                          p.padding == Pair{0, 0} && p.dilation == Pair{1, 1};
   visit_floating(x.dtype(), [&]<class T>() {
     for_each_plane(p, [&](int64_t plane) {
       const T* px = x.data<T>() + plane * p.h * p.w;
@@ -811,10 +844,12 @@ void avg_pool2d_backward_kernel(const KernelContext& c) {
       T* pgx = gx.data<T>() + plane * p.h * p.w;
       std::fill(pgx, pgx + p.h * p.w, T{0});  // In cache for the windows, as above.
       for_each_window_in_plane(
-          p, [&](int64_t out, int64_t iy0, int64_t iy1, int64_t ix0, int64_t ix1) {
+          p, [&](int64_t out, const WindowSpan& rows, const WindowSpan& columns) {
             const T share = pgy[out] / divisor;
-            for (int64_t iy = iy0; iy < iy1; ++iy) {
-              for (int64_t ix = ix0; ix < ix1; ++ix) pgx[iy * p.w + ix] += share;
+            for (int64_t iy = rows.begin; iy < rows.end; iy += rows.step) {
+              for (int64_t ix = columns.begin; ix < columns.end; ix += columns.step) {
+                pgx[iy * p.w + ix] += share;
+              }
             }
           });
     });
@@ -948,6 +983,12 @@ std::vector<AttrSpec> pool_attrs() {
           {"padding", std::vector<int64_t>{0, 0}}};
 }
 
+std::vector<AttrSpec> max_pool_attrs() {
+  std::vector<AttrSpec> attrs = pool_attrs();
+  attrs.push_back({"dilation", std::vector<int64_t>{1, 1}});
+  return attrs;
+}
+
 std::vector<AttrSpec> plus(std::vector<AttrSpec> attrs, const char* shape_name) {
   attrs.push_back({shape_name, std::vector<int64_t>{}, /*required=*/true});
   return attrs;
@@ -1001,22 +1042,23 @@ void register_conv_pool_ops(Registry& registry) {
                        "W], weight [C, O / groups, kH, kW], bias [O]",
                 .uses_all_cores = true});
   registry.add({.name = "max_pool2d",
-                .attrs = pool_attrs(),
+                .attrs = max_pool_attrs(),
                 .infer = infer_pool,
                 .cpu = max_pool2d_kernel,
                 .gradient = max_pool2d_gradient,
-                .doc = "max over kernel windows of x [N, C, H, W] (stride defaults to kernel)",
+                .doc = "max over kernel windows of x [N, C, H, W], their positions dilation apart "
+                       "(stride defaults to kernel)",
                 .uses_all_cores = true,
                 .one_core = pool2d_on_one_core});
   registry.add({.name = "max_pool2d_backward",
                 .num_inputs = 2,
-                .attrs = pool_attrs(),
+                .attrs = max_pool_attrs(),
                 .infer = infer_max_pool2d_backward,
                 .cpu = max_pool2d_backward_kernel,
                 .differentiable = false,
                 .doc = "gradient of max_pool2d: (x, grad_y) -> grad_x, to each window's argmax"});
   registry.add({.name = "max_pool2d_indices",
-                .attrs = pool_attrs(),
+                .attrs = max_pool_attrs(),
                 .infer = infer_max_pool2d_indices,
                 .cpu = max_pool2d_indices_kernel,
                 .differentiable = false,

@@ -210,17 +210,27 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
                      spec.bias ? "" : ", /*bias=*/false", ")");
       break;
     }
-    case LayerKind::kConvTranspose2d: {
-      TANDEM_CHECK(rank == 4, "ConvTranspose2d needs [N, C, H, W]");
+    case LayerKind::kConvTranspose2d:
+    case LayerKind::kConvTranspose1d: {
+      const bool one_d = spec.kind == LayerKind::kConvTranspose1d;
+      TANDEM_CHECK(rank == (one_d ? 3 : 4), one_d ? "ConvTranspose1d needs [N, C, L]"
+                                                  : "ConvTranspose2d needs [N, C, H, W]");
       const int64_t groups =
           channels % spec.groups == 0 && spec.out % spec.groups == 0 ? spec.groups : 1;
-      module = std::make_shared<nn::ConvTranspose2d>(
-          nn::ConvTranspose2dOptions{channels, spec.out, spec.kernel, spec.stride, spec.padding,
-                                     spec.axes, groups, spec.bias, spec.dilation, dtype});
-      code = str_cat("nn::ConvTranspose2d(", channels, ", ", spec.out, ", ", spec.kernel,
-                     ", /*stride=*/", spec.stride, ", /*padding=*/", spec.padding,
-                     ", /*output_padding=*/", spec.axes, ", /*groups=*/", groups, ", /*bias=*/",
-                     spec.bias ? "true" : "false", ", /*dilation=*/", spec.dilation, ")");
+      if (one_d) {
+        module = std::make_shared<nn::ConvTranspose1d>(
+            nn::ConvTranspose1dOptions{channels, spec.out, spec.kernel, spec.stride, spec.padding,
+                                       spec.axes, groups, spec.bias, spec.dilation, dtype});
+      } else {
+        module = std::make_shared<nn::ConvTranspose2d>(
+            nn::ConvTranspose2dOptions{channels, spec.out, spec.kernel, spec.stride, spec.padding,
+                                       spec.axes, groups, spec.bias, spec.dilation, dtype});
+      }
+      code =
+          str_cat(one_d ? "nn::ConvTranspose1d(" : "nn::ConvTranspose2d(", channels, ", ", spec.out,
+                  ", ", spec.kernel, ", /*stride=*/", spec.stride, ", /*padding=*/", spec.padding,
+                  ", /*output_padding=*/", spec.axes, ", /*groups=*/", groups, ", /*bias=*/",
+                  spec.bias ? "true" : "false", ", /*dilation=*/", spec.dilation, ")");
       break;
     }
     case LayerKind::kUpsample: {
@@ -653,7 +663,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
       return layer;
     case 10:
       if (rank == 3 && draw.chance(0.5)) {
-        layer.kind = LayerKind::kConv1d;
+        layer.kind = draw.chance(0.25) ? LayerKind::kConvTranspose1d : LayerKind::kConv1d;
         layer.out = draw.in(1, 6);
         layer.kernel = draw.in(1, 3);
         layer.stride = draw.chance(0.75) ? 1 : 2;
@@ -661,6 +671,8 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
         layer.dilation = draw.chance(0.25) ? 2 : 1;
         layer.groups = draw.chance(0.25) ? draw.in(2, 3) : 1;
         layer.bias = draw.chance(0.8);
+        // Below the stride (and 0 at stride 1).
+        if (layer.kind == LayerKind::kConvTranspose1d) layer.axes = draw.in(0, layer.stride - 1);
         return layer;
       }
       if (rank == 3 && draw.chance(0.3)) return random_upsample(draw);

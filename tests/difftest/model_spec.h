@@ -49,6 +49,7 @@ enum class LayerKind {
   kConv1d,                   // On [N, C, L].
   kConvTranspose2d,          // On [N, C, H, W].
   kUpsample,                 // On [N, C, L] or [N, C, H, W].
+  kConvTranspose1d,          // On [N, C, L].
 };
 
 struct LayerSpec {
@@ -70,7 +71,7 @@ struct LayerSpec {
   int64_t num_layers = 1;                   // Recurrent.
   bool bidirectional = false;               // Recurrent.
   // LayerNorm: how many trailing axes it normalizes; AdaptiveAvgPool2d: the
-  // output size; Flatten: the first axis flattened; ConvTranspose2d: its
+  // output size; Flatten: the first axis flattened; ConvTranspose1d/2d: its
   // output_padding.
   int64_t axes = 1;
   // Upsample: the scale factor (value), mode (activation: "nearest" or

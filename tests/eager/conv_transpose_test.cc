@@ -1,7 +1,8 @@
-// nn::ConvTranspose2d: torch's parameter layout, the adjoint of Conv2d
-// (<conv_transpose(y), x> = <y, conv2d(x)> for the same weight), gradients
-// against central differences, and an export whose spatial sizes are free
-// (the output size is a polynomial of the input's at any stride).
+// nn::ConvTranspose2d and nn::ConvTranspose1d: torch's parameter layout,
+// the adjoint of the convolution (<conv_transpose(y), x> = <y, conv(x)> for
+// the same weight), gradients against central differences, and an export
+// whose spatial sizes are free (the output size is a polynomial of the
+// input's at any stride).
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "eager/autograd.h"
+#include "eager/composite_ops.h"
 #include "eager/nn/nn.h"
 #include "eager/ops.h"
 #include "serialization/model.h"
@@ -126,6 +128,71 @@ TEST(ConvTranspose2d, ExportsWithFreeSpatialSizes) {
   EXPECT_EQ(loaded.outputs()[0].shape_text(), "[batch, 2, 2*h + 1, 2*w + 1]");
   for (auto [h, w] : {std::pair<int64_t, int64_t>{1, 1}, {5, 6}, {7, 3}}) {
     Tensor x = randn({3, 3, h, w});
+    expect_near(values_of(loaded.run({x})[0]), values_of(net.forward(x)), 1e-5);
+  }
+}
+
+// The same for the 1-d module, against conv1d, and its export with the
+// length free.
+TEST(ConvTranspose1d, IsTheAdjointOfConv1dAndExportsWithAFreeLength) {
+  manual_seed(3);
+  const std::vector<nn::ConvTranspose1dOptions> cases = {
+      {.in_channels = 2, .out_channels = 3, .kernel_size = 3},
+      {.in_channels = 4,
+       .out_channels = 2,
+       .kernel_size = 2,
+       .stride = 3,
+       .padding = 1,
+       .output_padding = 2},
+      {.in_channels = 4,
+       .out_channels = 6,
+       .kernel_size = 3,
+       .padding = 2,
+       .groups = 2,
+       .dilation = 2},
+  };
+  for (nn::ConvTranspose1dOptions o : cases) {
+    o.bias = false;
+    o.dtype = DType::kFloat64;
+    nn::ConvTranspose1d up(o);
+    EXPECT_EQ(up.weight().shape(),
+              Shape({o.in_channels, o.out_channels / o.groups, o.kernel_size}));
+    Tensor y = randn({2, o.in_channels, 4}, DType::kFloat64);
+    Tensor out = up(y);
+    const int64_t length =
+        3 * o.stride - 2 * o.padding + o.dilation * (o.kernel_size - 1) + o.output_padding + 1;
+    ASSERT_EQ(out.shape(), Shape({2, o.out_channels, length}));
+    Tensor x = randn({2, o.out_channels, length}, DType::kFloat64);
+    Tensor forward = conv1d(x, up.weight(), zeros({o.in_channels}, DType::kFloat64), o.stride,
+                            o.padding, o.dilation, o.groups);
+    EXPECT_NEAR(dot(out, x), dot(y, forward), 1e-9);
+    check_gradient([&](const Tensor& t) { return up(t); }, y);
+  }
+  EXPECT_EQ(nn::ConvTranspose1d(3, 4, 2, 2, 0, 1).extra_repr(),
+            "3, 4, kernel_size=2, stride=2, output_padding=1");
+  EXPECT_THAT(error_of([] {
+                nn::ConvTranspose1d(3, 4, 2)(randn({1, 3, 4, 4}));
+              }),
+              HasSubstr("ConvTranspose1d(3 -> 4) expects input of shape [N, 3, L], got "
+                        "[1, 3, 4, 4]"));
+  EXPECT_THAT(
+      error_of([] {
+        conv_transpose1d(randn({1, 3, 4}), randn({3, 4, 2, 2}), zeros({4}));
+      }),
+      HasSubstr("conv_transpose1d: weight must be [in, out / groups, k], got [3, 4, 2, 2]"));
+
+  const testing::ScratchDir dir;
+  nn::Sequential net(nn::Conv1d(3, 4, 3, 1, 1), nn::ReLU(), nn::ConvTranspose1d(4, 2, 3, 2, 1, 1));
+  net.eval();
+  net.hybridize();
+  NoGradGuard no_grad;
+  net(randn({2, 3, 8}));
+  net.export_model(dir.file("autoencoder"),
+                   {.dynamic_dims = {{"input0", {{0, "batch"}, {2, "len"}}}}});
+  LoadedModel loaded = load(dir.file("autoencoder"));
+  EXPECT_EQ(loaded.outputs()[0].shape_text(), "[batch, 2, 2*len]");
+  for (int64_t len : {1, 8, 13}) {
+    Tensor x = randn({3, 3, len});
     expect_near(values_of(loaded.run({x})[0]), values_of(net.forward(x)), 1e-5);
   }
 }

@@ -173,6 +173,11 @@ TEST(NnLayersTest, PoolingFlattenActivationShapes) {
   Tensor m =
       Tensor::from_vector<float>({1, 5, 2, 0, 3, 4, 8, 1, 0, 0, 7, 7, 2, 2, 1, 9}, {1, 1, 4, 4});
   EXPECT_THAT(nn::MaxPool2d(2).forward(m).to_vector<float>(), ElementsAre(5, 8, 2, 9));
+  // Dilation 2 over the 4x4 plane: each window takes rows and columns two
+  // apart, max(1, 2, 0, 7) = 7 at the top left.
+  nn::MaxPool2d dilated(2, 1, 0, /*dilation=*/2);
+  EXPECT_THAT(dilated.forward(m).to_vector<float>(), ElementsAre(7, 7, 8, 9));
+  EXPECT_EQ(dilated.to_string(), "MaxPool2d(kernel_size=2, stride=1, dilation=2)");
   EXPECT_THAT(nn::AvgPool2d(2).forward(m).to_vector<float>(), ElementsAre(3.25, 2.75, 1, 6));
   expect_error([] { nn::MaxPool2d(2).forward(randn({3, 4})); }, {"[N, C, H, W]"});
 }

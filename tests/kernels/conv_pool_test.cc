@@ -148,11 +148,14 @@ OpTestCase conv_backward_weight_row(std::string name, Shape x, Shape w, ConvPara
 // Pooling references. kind: "max", "avg" (divides by kh * kw) or "adaptive".
 struct PoolParams {
   std::vector<int64_t> kernel{}, stride{}, padding{0, 0};
+  std::vector<int64_t> dilation{};  // Max pooling's; empty: none given (1).
   Attrs attrs() const {
     Attrs a{{"kernel", kernel}, {"padding", padding}};
     if (!stride.empty()) a.set("stride", stride);
+    if (!dilation.empty()) a.set("dilation", dilation);
     return a;
   }
+  int64_t dilation_at(int axis) const { return dilation.empty() ? 1 : dilation[axis]; }
 };
 
 // Output values and, for max, the flat input index of each window's first maximum.
@@ -161,16 +164,19 @@ std::vector<double> pool_values(const std::string& kind, const std::vector<doubl
                                 std::vector<int64_t>* argmax = nullptr) {
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3];
   std::vector<int64_t> stride = p.stride.empty() ? p.kernel : p.stride;
-  const int64_t oh =
-      kind == "adaptive" ? p.kernel[0] : (h + 2 * p.padding[0] - p.kernel[0]) / stride[0] + 1;
-  const int64_t ow =
-      kind == "adaptive" ? p.kernel[1] : (w + 2 * p.padding[1] - p.kernel[1]) / stride[1] + 1;
+  const int64_t d0 = p.dilation_at(0), d1 = p.dilation_at(1);
+  const int64_t oh = kind == "adaptive"
+                         ? p.kernel[0]
+                         : (h + 2 * p.padding[0] - d0 * (p.kernel[0] - 1) - 1) / stride[0] + 1;
+  const int64_t ow = kind == "adaptive"
+                         ? p.kernel[1]
+                         : (w + 2 * p.padding[1] - d1 * (p.kernel[1] - 1) - 1) / stride[1] + 1;
   *out = Shape{xs[0], xs[1], oh, ow};
   std::vector<double> y;
   for (int64_t pl = 0; pl < planes; ++pl) {
     for (int64_t i = 0; i < oh; ++i) {
       for (int64_t j = 0; j < ow; ++j) {
-        int64_t y0, y1, x0, x1;
+        int64_t y0, y1, x0, x1, dy = 1, dx = 1;  // Window [y0, y1) every dy, ...
         if (kind == "adaptive") {
           y0 = static_cast<int64_t>(std::floor(static_cast<double>(i * h) / oh));
           y1 = static_cast<int64_t>(std::ceil(static_cast<double>((i + 1) * h) / oh));
@@ -178,14 +184,15 @@ std::vector<double> pool_values(const std::string& kind, const std::vector<doubl
           x1 = static_cast<int64_t>(std::ceil(static_cast<double>((j + 1) * w) / ow));
         } else {
           y0 = i * stride[0] - p.padding[0];
-          y1 = y0 + p.kernel[0];
+          y1 = y0 + p.kernel[0] * d0;
           x0 = j * stride[1] - p.padding[1];
-          x1 = x0 + p.kernel[1];
+          x1 = x0 + p.kernel[1] * d1;
+          dy = d0, dx = d1;
         }
         double best = -INFINITY, sum = 0;
         int64_t best_index = -1, count = 0;
-        for (int64_t yy = y0; yy < y1; ++yy) {
-          for (int64_t xx = x0; xx < x1; ++xx) {
+        for (int64_t yy = y0; yy < y1; yy += dy) {
+          for (int64_t xx = x0; xx < x1; xx += dx) {
             if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
             int64_t index = (pl * h + yy) * w + xx;
             if (x[index] > best) best = x[index], best_index = index;
@@ -369,6 +376,22 @@ TANDEM_OP_TEST_ROWS(conv_pool) {
       add_both(rows, pool_backward_row(kind, c.name, c.x, c.p));
     }
   }
+  // Dilated max pooling: windows clipped at both ends, and a 2x2 one that
+  // must not take the 2x2 fast paths.
+  const std::vector<PoolCase> dilated = {
+      {"dilated",
+       {1, 2, 7, 6},
+       {.kernel = {3, 2}, .stride = {2, 1}, .padding = {1, 1}, .dilation = {2, 3}}},
+      {"dilated_2x2", {2, 1, 6, 6}, {.kernel = {2, 2}, .dilation = {2, 2}}},
+  };
+  for (const PoolCase& c : dilated) {
+    add_both(rows, pool_row("max", c.name, c.x, c.p));
+    add_both(rows, pool_backward_row("max", c.name, c.x, c.p));
+    rows.push_back(pool_row("max", std::string(c.name) + "_f32", c.x, c.p));
+    for (Tensor& t : rows.back().inputs) t = tensor_of(values_of(t), t.shape(), DType::kFloat32);
+    rows.back().check_gradient = false;
+  }
+  pools.insert(pools.end(), dilated.begin(), dilated.end());
   // max_pool2d_indices: the reference's first maximum, as an offset within
   // its plane.
   for (const PoolCase& c : pools) {
@@ -477,6 +500,18 @@ TEST(PoolTest, BadArgumentsAreNamed) {
       pool_error("max_pool2d", {1, 1, 0, 0},
                  {{"kernel", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{1, 1}}}),
       HasSubstr("x has shape [1, 1, 0, 0]; pooling needs a height and width of at least 1"));
+  // A dilated window can fall on padding alone: positions -1 and 1 of a
+  // height of 1.
+  EXPECT_THAT(pool_error("max_pool2d", {1, 1, 1, 3},
+                         {{"kernel", std::vector<int64_t>{2, 1}},
+                          {"padding", std::vector<int64_t>{1, 0}},
+                          {"dilation", std::vector<int64_t>{2, 1}}}),
+              HasSubstr("window 0 along height reads padding alone (kernel [2, 1], dilation "
+                        "[2, 1], padding [1, 0], x of shape [1, 1, 1, 3])"));
+  EXPECT_THAT(pool_error("avg_pool2d", {1, 1, 4, 4},
+                         {{"kernel", std::vector<int64_t>{2, 2}},
+                          {"dilation", std::vector<int64_t>{2, 2}}}),
+              HasSubstr("dilation"));
 }
 
 // Verifies that a NaN in a window makes that window's maximum NaN, and only

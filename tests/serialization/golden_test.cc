@@ -47,6 +47,15 @@ std::shared_ptr<nn::Module> small_mlp() {
                                           nn::Linear(8, 3));
 }
 
+// A two-layer GRU, then an LSTM: recurrences as one op each, the sequence
+// free (one direction, so that a prefix gives the rows it gives at the
+// traced length).
+std::shared_ptr<nn::Module> small_recurrent() {
+  return std::make_shared<nn::Sequential>(
+      nn::GRU({.input_size = 4, .hidden_size = 3, .num_layers = 2}),
+      nn::LSTM({.input_size = 3, .hidden_size = 4}));
+}
+
 // Positions over a causal encoder layer: a graph with sizes written as
 // expressions of batch and seq, and a limit (seq <= 6).
 std::shared_ptr<nn::Module> small_encoder() {
@@ -74,6 +83,19 @@ const std::vector<Golden>& goldens() {
        {2, 5, 8},
        {{"input0", {{0, "batch"}, {1, "seq"}}}},
        {1, 3, 8}},
+      // 1.3: max_pool2d's dilation; the recurrent ops.
+      {"cnn_v1_3", small_cnn, {2, 1, 8, 8}},
+      {"mlp_v1_3", small_mlp, {2, 1, 4, 4}},
+      {"encoder_v1_3",
+       small_encoder,
+       {2, 5, 8},
+       {{"input0", {{0, "batch"}, {1, "seq"}}}},
+       {1, 3, 8}},
+      {"recurrent_v1_3",
+       small_recurrent,
+       {2, 5, 4},
+       {{"input0", {{0, "batch"}, {1, "seq"}}}},
+       {1, 3, 4}},
   };
   return all;
 }
