@@ -177,4 +177,61 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bia
       site);
 }
 
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Dims& stride,
+              const Dims& padding, const Dims& dilation, int64_t groups,
+              std::source_location site) {
+  TANDEM_CHECK(x.rank() == 5, "conv3d: x must be [N, C, D, H, W], got ", x.shape().to_string());
+  TANDEM_CHECK(weight.rank() == 5, "conv3d: weight must be [out, in / groups, kD, kH, kW], got ",
+               weight.shape().to_string());
+  TANDEM_CHECK(stride.size() == 3 && padding.size() == 3 && dilation.size() == 3,
+               "conv3d: stride, padding and dilation take (depth, height, width)");
+  const auto text = [](const Dims& d) { return str_cat("[", d[0], ", ", d[1], ", ", d[2], "]"); };
+  for (size_t a = 0; a < 3; ++a) {
+    TANDEM_CHECK(stride[a] > 0 && dilation[a] > 0 && padding[a] >= 0,
+                 "conv3d: stride and dilation must be positive and padding non-negative, got "
+                 "stride ",
+                 text(stride), ", dilation ", text(dilation), ", padding ", text(padding));
+  }
+  const Shape &xs = x.shape(), &ws = weight.shape();
+  const int64_t n = xs[0], c = xs[1], depth = xs[2], out = ws[0], kd = ws[2];
+  TANDEM_CHECK(
+      groups >= 1 && c % groups == 0 && checked_mul(ws[1], groups, "conv3d's channels") == c,
+      "conv3d: weight of shape ", ws.to_string(), " and groups = ", groups,
+      " do not fit x of shape ", xs.to_string(), " (in = weight[1] * groups)");
+  TANDEM_CHECK(kd >= 1, "conv3d: the kernel of weight ", ws.to_string(), " has no depth");
+  // The depth sweep, as conv2d's per axis (checked: the attributes may be anything).
+  const auto what = [&] { return str_cat("conv3d's depth for x ", xs.to_string()); };
+  const int64_t extent = checked_add(checked_mul(dilation[0], kd - 1, what()), 1, what());
+  const int64_t padded = checked_add(depth, checked_mul(2, padding[0], what()), what());
+  TANDEM_CHECK(extent <= padded, "conv3d: the dilated kernel depth (", extent,
+               ") is larger than the padded input depth (", depth, " + 2 * ", padding[0],
+               ") of x of shape ", xs.to_string());
+  const int64_t out_depth = (padded - extent) / stride[0] + 1;
+  const int64_t stacked = checked_mul(c, kd, "conv3d's stacked channels");
+
+  // The depth taps' slices, each [N, C, D', H, W], stacked to [N, kD, C,
+  // D', H, W], then ordered [N, D', groups, kD, C / groups, H, W] so that
+  // conv2d's group j reads its own channels of every tap.
+  const Tensor padded_x =
+      padding[0] > 0 ? pad(x, {0, 0, 0, 0, padding[0], padding[0], 0, 0, 0, 0}, 0.0, site) : x;
+  std::vector<Tensor> taps;
+  for (int64_t i = 0; i < kd; ++i) {
+    const int64_t begin = i * dilation[0];
+    taps.push_back(
+        slice(padded_x, 2, begin, begin + (out_depth - 1) * stride[0] + 1, stride[0], site));
+  }
+  const int64_t h = xs[3], w = xs[4], per_group = c / groups;
+  Tensor planes = reshape(stack(taps, 1, site), {n, kd, groups, per_group, out_depth, h, w}, site);
+  planes =
+      reshape(transpose(planes, {0, 4, 2, 1, 3, 5, 6}, site), {n * out_depth, stacked, h, w}, site);
+  // The weight [out, C / groups, kD, kH, kW] as [out, kD * C / groups, kH, kW].
+  const Tensor kernel =
+      reshape(transpose(weight, {0, 2, 1, 3, 4}, site), {out, kd * per_group, ws[3], ws[4]}, site);
+  const Tensor y = conv2d(planes, kernel, bias, {stride[1], stride[2]}, {padding[1], padding[2]},
+                          {dilation[1], dilation[2]}, groups, site);
+  // [N * D', out, H', W'] -> [N, out, D', H', W'].
+  const Shape& ys = y.shape();
+  return transpose(reshape(y, {n, out_depth, out, ys[2], ys[3]}, site), {0, 2, 1, 3, 4}, site);
+}
+
 }  // namespace tandem

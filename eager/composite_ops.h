@@ -1,6 +1,6 @@
 // Ops written as compositions of the registry's ops: masked_fill,
 // logsumexp, tril / triu (and tril_mask), flip, roll, tile, max_unpool2d,
-// conv1d and conv_transpose1d, with torch's semantics.
+// conv1d, conv_transpose1d and conv3d, with torch's semantics.
 //
 //   Tensor scores = masked_fill(scores, padding, -INFINITY);
 //   Tensor lse = logsumexp(logits, {-1});
@@ -88,5 +88,17 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bia
                         int64_t stride = 1, int64_t padding = 0, int64_t output_padding = 0,
                         int64_t groups = 1, int64_t dilation = 1,
                         std::source_location where = std::source_location::current());
+
+// The 3-d convolution, as torch's F.conv3d: x [N, C, D, H, W], weight [out,
+// in / groups, kD, kH, kW], bias [out]; stride, padding and dilation give
+// (depth, height, width). One conv2d over depth slices stacked into
+// channels: the kD slices of the (depth-padded) input that the kernel's
+// depth taps read are laid side by side as channels of an [N * D', kD * C,
+// H, W] input, the weight rearranged to match, so the 2-d op's kernels,
+// gradient and export serve it; the input is copied kD times on the way.
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Dims& stride = {1, 1, 1}, const Dims& padding = {0, 0, 0},
+              const Dims& dilation = {1, 1, 1}, int64_t groups = 1,
+              std::source_location where = std::source_location::current());
 
 }  // namespace tandem

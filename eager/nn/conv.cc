@@ -125,6 +125,50 @@ Tensor Conv1d::forward(const Tensor& x) {
 
 std::string Conv1d::extra_repr() const { return repr_1d(options_); }
 
+Conv3d::Conv3d(const Conv3dOptions& options) : options_(options) {
+  const Conv3dOptions& o = options;
+  // Depth here; height and width, channels and groups as Conv2d's.
+  TANDEM_CHECK(o.kernel_size.d > 0 && o.stride.d > 0 && o.dilation.d > 0 && o.padding.d >= 0,
+               "Conv3d needs positive kernel_size, stride and dilation and non-negative padding, "
+               "got kernel_size=",
+               o.kernel_size.to_string(), ", stride=", o.stride.to_string(),
+               ", dilation=", o.dilation.to_string(), ", padding=", o.padding.to_string());
+  make_parameters(*this, "Conv3d",
+                  {.in_channels = o.in_channels,
+                   .out_channels = o.out_channels,
+                   .kernel_size = {o.kernel_size.h, o.kernel_size.w},
+                   .stride = {o.stride.h, o.stride.w},
+                   .padding = {o.padding.h, o.padding.w},
+                   .dilation = {o.dilation.h, o.dilation.w},
+                   .groups = o.groups,
+                   .bias = o.bias,
+                   .dtype = o.dtype},
+                  Shape{o.out_channels, o.in_channels / o.groups, o.kernel_size.d, o.kernel_size.h,
+                        o.kernel_size.w},
+                  weight_, bias_, zero_bias_);
+}
+
+Tensor Conv3d::forward(const Tensor& x) {
+  const Conv3dOptions& o = options_;
+  TANDEM_CHECK(x.rank() == 5 && x.shape()[1] == o.in_channels, "Conv3d(", o.in_channels, " -> ",
+               o.out_channels, ") expects input of shape [N, ", o.in_channels, ", D, H, W], got ",
+               x.shape().to_string());
+  return conv3d(x, weight_, o.bias ? bias_ : zero_bias_, o.stride.dims(), o.padding.dims(),
+                o.dilation.dims(), o.groups, call_site());
+}
+
+std::string Conv3d::extra_repr() const {
+  const Conv3dOptions& o = options_;
+  std::string out =
+      str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size.to_string());
+  if (o.stride != Size3(1)) out += str_cat(", stride=", o.stride.to_string());
+  if (o.padding != Size3(0)) out += str_cat(", padding=", o.padding.to_string());
+  if (o.dilation != Size3(1)) out += str_cat(", dilation=", o.dilation.to_string());
+  if (o.groups != 1) out += str_cat(", groups=", o.groups);
+  if (!o.bias) out += ", bias=false";
+  return out;
+}
+
 ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options) : options_(options) {
   const ConvTranspose2dOptions& o = options;
   TANDEM_CHECK(o.output_padding.h >= 0 && o.output_padding.w >= 0,

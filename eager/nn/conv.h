@@ -1,6 +1,7 @@
-// nn::Conv2d, nn::Conv1d, nn::ConvTranspose2d and nn::ConvTranspose1d:
-// convolutions over [N, C, H, W] and [N, C, L] input, and the transposed
-// convolutions, as torch::nn's modules of those names.
+// nn::Conv2d, nn::Conv1d, nn::Conv3d, nn::ConvTranspose2d and
+// nn::ConvTranspose1d: convolutions over [N, C, H, W], [N, C, L] and [N, C,
+// D, H, W] input, and the transposed convolutions, as torch::nn's modules of
+// those names.
 //
 //   auto conv = std::make_shared<nn::Conv2d>(3, 16, /*kernel=*/3, /*stride=*/1, /*padding=*/1);
 //   Tensor y = conv->forward(x);                 // [N, 3, 32, 32] -> [N, 16, 32, 32]
@@ -28,6 +29,7 @@
 #include "core/dtype.h"
 #include "eager/nn/module.h"
 #include "eager/nn/size2.h"
+#include "eager/nn/size3.h"
 
 namespace tandem::nn {
 
@@ -100,6 +102,44 @@ class Conv1d : public Module {
 
  private:
   Conv1dOptions options_;
+  Tensor weight_;
+  Tensor bias_;
+  Tensor zero_bias_;
+};
+
+struct Conv3dOptions {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  Size3 kernel_size;
+  Size3 stride = 1;
+  Size3 padding = 0;  // Zeros on each side.
+  Size3 dilation = 1;
+  int64_t groups = 1;  // Divides in_channels and out_channels.
+  bool bias = true;
+  DType dtype = DType::kFloat32;
+};
+
+// "weight" [out, in / groups, kd, kh, kw], "bias" [out], initialized as
+// Conv2d's (fan_in = in / groups * kd * kh * kw).
+class Conv3d : public Module {
+ public:
+  explicit Conv3d(const Conv3dOptions& options);
+  Conv3d(int64_t in_channels, int64_t out_channels, Size3 kernel_size, Size3 stride = 1,
+         Size3 padding = 0, Size3 dilation = 1, int64_t groups = 1, bool bias = true)
+      : Conv3d(Conv3dOptions{in_channels, out_channels, kernel_size, stride, padding, dilation,
+                             groups, bias}) {}
+
+  // x: [N, in_channels, D, H, W] -> [N, out_channels, D', H', W'].
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv3d"; }
+  std::string extra_repr() const override;
+
+  const Conv3dOptions& options() const { return options_; }
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }  // Undefined without bias.
+
+ private:
+  Conv3dOptions options_;
   Tensor weight_;
   Tensor bias_;
   Tensor zero_bias_;

@@ -7,7 +7,8 @@
 // module.h      Module: parameters, buffers, children, train/eval, state_dict
 // state_dict.h  StateDict and its file format
 // init.h        initializers (kaiming_uniform_, xavier_normal_, zeros_, ...)
-// linear.h      Linear            conv.h     Conv2d, Conv1d, ConvTranspose2d
+// linear.h      Linear
+// conv.h        Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 // norm.h        BatchNorm1d, BatchNorm2d, LayerNorm
 // activation.h  ReLU, LeakyReLU, GELU, Sigmoid, Tanh, Softmax, ...
 // dropout.h     Dropout           pooling.h  MaxPool2d, AvgPool2d, AdaptiveAvgPool2d
