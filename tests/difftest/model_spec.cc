@@ -306,12 +306,14 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
       TANDEM_CHECK(rank == 4, "pooling needs [N, C, H, W]");
       const bool max = spec.kind == LayerKind::kMaxPool2d;
       if (max) {
-        module = std::make_shared<nn::MaxPool2d>(spec.kernel, spec.stride, spec.padding);
+        module =
+            std::make_shared<nn::MaxPool2d>(spec.kernel, spec.stride, spec.padding, spec.dilation);
       } else {
         module = std::make_shared<nn::AvgPool2d>(spec.kernel, spec.stride, spec.padding);
       }
       code = str_cat(max ? "nn::MaxPool2d(" : "nn::AvgPool2d(", spec.kernel, ", /*stride=*/",
-                     spec.stride, ", /*padding=*/", spec.padding, ")");
+                     spec.stride, ", /*padding=*/", spec.padding,
+                     max ? str_cat(", /*dilation=*/", spec.dilation) : "", ")");
       break;
     }
     case LayerKind::kAdaptiveAvgPool2d:
@@ -326,6 +328,15 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
       break;
     case LayerKind::kEmbedding:
       TANDEM_CHECK(false, "an Embedding comes only first, on token input (build())");
+    case LayerKind::kPositionalEncoding:
+      TANDEM_CHECK(rank == 3 && in[1] <= spec.axes,
+                   "positional encoding needs [N, seq, features] with seq <= max_len");
+      module = std::make_shared<nn::PositionalEncoding>(nn::PositionalEncodingOptions{
+          .d_model = last, .max_len = spec.axes, .dropout = spec.value, .dtype = dtype});
+      code = str_cat("nn::PositionalEncoding({.d_model = ", last, ", .max_len = ", spec.axes,
+                     ", .dropout = ", spec.value, "})");
+      model.has_dropout = model.has_dropout || spec.value > 0;
+      break;
     case LayerKind::kTransformerEncoderLayer: {
       TANDEM_CHECK(rank == 3 && last % spec.heads == 0,
                    "a transformer encoder layer needs [N, seq, features] with heads dividing "
@@ -611,6 +622,7 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
         layer.kernel = draw.in(2, 3);
         layer.stride = draw.in(1, layer.kernel);
         layer.padding = draw.in(0, layer.kernel / 2);
+        if (layer.kind == LayerKind::kMaxPool2d && draw.chance(0.25)) layer.dilation = 2;
         return layer;
       default:
         if (draw.chance(0.25)) return random_upsample(draw);
@@ -643,6 +655,13 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
       return layer;
     case 4:
       if (rank == 3 && draw.chance(0.5)) return random_encoder_layer(draw, in);
+      if (rank == 3 && draw.chance(0.3)) {
+        // Room for the lengths the free-length check runs at (up to 3 more).
+        layer.kind = LayerKind::kPositionalEncoding;
+        layer.axes = in[1] + draw.in(3, 12);
+        layer.value = draw.one_of({0.0, 0.1});
+        return layer;
+      }
       layer.kind = LayerKind::kLayerNorm;
       layer.axes = draw.in(1, std::min(rank - 1, 3));
       return layer;

@@ -50,6 +50,7 @@ enum class LayerKind {
   kConvTranspose2d,          // On [N, C, H, W].
   kUpsample,                 // On [N, C, L] or [N, C, H, W].
   kConvTranspose1d,          // On [N, C, L].
+  kPositionalEncoding,       // On [N, seq, features]; LayerSpec::axes is max_len.
 };
 
 struct LayerSpec {
@@ -57,7 +58,8 @@ struct LayerSpec {
   // Linear: out_features; Conv2d, Conv1d: out_channels; Embedding: embedding_dim;
   // TransformerEncoderLayer: dim_feedforward; Recurrent: hidden_size.
   int64_t out = 0;
-  int64_t kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;  // Convs and pooling.
+  // Convs and pooling (dilation: not AvgPool2d's).
+  int64_t kernel = 1, stride = 1, padding = 0, dilation = 1, groups = 1;
   bool bias = true;  // Linear, Conv2d, Conv1d, TransformerEncoderLayer.
   // LeakyReLU: negative slope; Dropout, TransformerEncoderLayer and Recurrent: p;
   // Activation: its parameter (ELU's and CELU's alpha, Softplus's beta), if it
