@@ -33,34 +33,61 @@
 
 namespace tandem::kernels::cpu {
 
-// e^x in float32: 2^n e^r with n = round(x / ln 2) and r in [-ln 2 / 2,
-// ln 2 / 2], e^r from Cephes' expf polynomial (within 2 ulp). Branch-free,
-// so that GCC vectorizes the loops that call it (with -fno-trapping-math,
-// which lets it keep the comparisons in vector registers), where libm's
-// expf is a call per element. 0 below -87 (-inf included), e^88 above 88,
-// NaN stays NaN.
-inline float fast_exp(float x) {
+// e^x split as 2^n e^r, n = round(x / ln 2) and r in [-ln 2 / 2, ln 2 / 2],
+// e^r from Cephes' expf polynomial (within 2 ulp); `shifted` holds n in the
+// low bits of its mantissa (n + 1.5 * 2^23). For |x| <= 104.
+struct ExpParts {
+  float e_r;
+  float shifted;
+  // n, read from shifted's bits in unsigned arithmetic: no float-to-int
+  // conversion, which would be undefined for NaN.
+  int32_t n() const {
+    return static_cast<int32_t>(std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRound));
+  }
+  static constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer.
+};
+
+inline ExpParts exp_parts(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer.
-  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
-  const float shifted = clamped * kLog2e + kRound;  // n sits in its low bits.
-  const float n = shifted - kRound;
-  const float r = clamped - n * kLn2High - n * kLn2Low;
+  const float shifted = x * kLog2e + ExpParts::kRound;
+  const float n = shifted - ExpParts::kRound;
+  const float r = x - n * kLn2High - n * kLn2Low;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // 2^n from n's bits, in unsigned arithmetic: no float-to-int conversion,
-  // which would be undefined for NaN.
-  const uint32_t n_bits = std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRound);
-  const float two_to_n = std::bit_cast<float>((n_bits + 127u) << 23);
-  return x < -87.0f ? 0.0f : p * two_to_n;
+  return {p * r * r + r + 1.0f, shifted};
+}
+
+// 2^k for k in [-126, 127], from its exponent bits.
+inline float two_to(int32_t k) {
+  return std::bit_cast<float>(static_cast<uint32_t>(k + 127) << 23);
+}
+
+// e^x in float32, for kernels' inner loops: exp_parts of x clamped to [-87,
+// 88]. Branch-free, so that GCC vectorizes the loops that call it (with
+// -fno-trapping-math, which lets it keep the comparisons in vector
+// registers), where libm's expf is a call per element. 0 below -87 (-inf
+// included), e^88 above 88, NaN stays NaN.
+inline float fast_exp(float x) {
+  const ExpParts e = exp_parts(std::min(std::max(x, -87.0f), 88.0f));
+  return x < -87.0f ? 0.0f : e.e_r * two_to(e.n());
 }
 inline double fast_exp(double x) { return std::exp(x); }
+
+// e^x over all of float32, as the exp op must give it: 2^n applied as two
+// factors 2^h 2^(n - h), h = floor(n / 2), each a normal float for n in
+// [-150, 128], so that results past e^88.72 overflow to inf and those below
+// e^-87 fall through the denormals to 0 (below e^-104) as libm's do. NaN
+// stays NaN.
+inline float exp_full_range(float x) {
+  const ExpParts e = exp_parts(std::min(std::max(x, -104.0f), 89.0f));
+  const int32_t n = e.n(), h = n >> 1;  // Arithmetic shift: floor(n / 2).
+  return e.e_r * two_to(h) * two_to(n - h);
+}
 
 // 1 / (1 + e^-x) and tanh(x) = 2 sigmoid(2x) - 1 on the same exp: within a
 // few float32 ulp of 1 (sigmoid) and in absolute terms (tanh, whose

@@ -18,6 +18,7 @@
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_formulas.h"
 #include "kernels/element_cast.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/known_ops.h"
@@ -173,6 +174,13 @@ void map_elements(const KernelContext& c) {
   Out* out = c.outputs[0].data<Out>();
   // Formulas that call libm split over the cores at fewer elements.
   const int64_t grain = Op::kCostly ? kCostlyGrain : kCheapGrain;
+  if constexpr (std::is_same_v<T, float> && cpu::kHasVectorFormula<Op>) {
+    // Note [Vectorized formulas] in kernels/cpu/vector_formulas.h.
+    parallel_for(c.outputs[0].numel(), grain, [&](int64_t begin, int64_t end) {
+      cpu::map_floats(cpu::VectorFormula<Op>{}, in + begin, out + begin, end - begin);
+    });
+    return;
+  }
   parallel_for(c.outputs[0].numel(), grain, [&](int64_t begin, int64_t end) {
     map_range(f, in + begin, out + begin, end - begin);
   });

@@ -30,6 +30,7 @@
 #include "kernels/broadcast.h"
 #include "kernels/cpu/dtype_visit.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_formulas.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/fused_program.h"
 #include "kernels/known_ops.h"
@@ -78,7 +79,9 @@ void run_instr(const FusedInstr& instr, const T* a, const T* b, T* out, int64_t 
     // The parser admits only ops that compute in floating point.
     if constexpr (kFusable<Op>) {
       const Op f = make_formula<Op>(instr.params[0], instr.params[1]);
-      if constexpr (Op::kArity == 1) {
+      if constexpr (std::is_same_v<T, float> && cpu::kHasVectorFormula<Op>) {
+        cpu::map_floats(cpu::VectorFormula<Op>{}, a, out, n);  // As the unary kernel does.
+      } else if constexpr (Op::kArity == 1) {
         map1(a, out, n, f);
       } else {
         map2(a, b, out, n, f);
