@@ -1,18 +1,19 @@
 // Sequence models, Tandem vs libtorch: attention forward + backward at
-// [batch 8, heads 8, seq 128 / 512, dim 64], one LSTM layer (input and
-// hidden 256, batch 32, seq 100) forward + backward, and tutorial 05's
-// training step (its transformer language model on [32, 64] bytes: forward,
-// loss, backward, gradient clipping, AdamW), in samples per second; Tandem
-// eager and with the whole step hybridized. Each row is a child process of
-// its own (Note [Side by side in separate processes]), so its peak RSS is
-// its own too.
+// [batch 8, heads 8, seq 128 / 512, dim 64], one LSTM and one GRU layer
+// (input and hidden 256, batch 32, seq 100) forward + backward, and
+// tutorial 05's training step (its transformer language model on [32, 64]
+// bytes: forward, loss, backward, gradient clipping, AdamW), in samples per
+// second; Tandem eager and with the whole step hybridized. Each row is a
+// child process of its own (Note [Side by side in separate processes]), so
+// its peak RSS is its own too.
 //
 //   build/release/bench/bench_sequence      # ~3 min
 //
 // Tandem's attention is one blocked kernel (Note [Fused attention] in
-// kernels/attention.h), its LSTM layer one op (Note [Recurrence in one op,
-// or a composition of ops]); libtorch 2 has a fused attention kernel and
-// both libtorches a fused LSTM, which is what the rows compare against.
+// kernels/attention.h), its recurrent layers one op each (Note [Recurrence
+// in one op] in eager/nn/recurrent.h); libtorch 2 has a fused attention
+// kernel and both libtorches fused LSTM and GRU layers, which is what the
+// rows compare against.
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -33,7 +34,7 @@ void sequence_child(const std::string& workload, int64_t seq, bool hybridized) {
   using S = SequenceShapes;
   std::function<Tensor()> forward;  // The loss.
   std::vector<Tensor> leaves;       // What gets gradients.
-  std::shared_ptr<nn::LSTM> lstm;
+  std::shared_ptr<nn::Recurrent> recurrent;
   std::shared_ptr<nn::Module> language_model;
   std::unique_ptr<tandem::optim::AdamW> adamw;
   Tensor q, k, v, x, targets;
@@ -59,12 +60,13 @@ void sequence_child(const std::string& workload, int64_t seq, bool hybridized) {
     v = tandem::randn(shape).requires_grad_();
     leaves = {q, k, v};
     forward = [&] { return tandem::sum(nn::scaled_dot_product_attention(q, k, v)); };
-  } else {
-    lstm = std::make_shared<nn::LSTM>(
+  } else {  // lstm or gru
+    recurrent = std::make_shared<nn::Recurrent>(
+        workload == "gru" ? nn::RecurrentKind::kGru : nn::RecurrentKind::kLstm,
         nn::RecurrentOptions{.input_size = S::kLstmSize, .hidden_size = S::kLstmSize});
     x = tandem::randn({S::kLstmBatch, S::kLstmLength, S::kLstmSize});
-    leaves = lstm->parameters();
-    forward = [&] { return tandem::sum((*lstm)(x)); };
+    leaves = recurrent->parameters();
+    forward = [&] { return tandem::sum((*recurrent)(x)); };
   }
   const auto step = [&] {
     if (adamw) {
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
       {"attention, seq 128", "attention", "--workload attention --seq 128"},
       {"attention, seq 512", "attention", "--workload attention --seq 512"},
       {"LSTM, seq 100, hidden 256", "lstm", "--workload lstm"},
+      {"GRU, seq 100, hidden 256", "gru", "--workload gru"},
       {"tutorial 05 training step", "lm", "--workload lm", S::kLmBatch},
   };
   const std::vector<bench::TorchConfig> configs = bench::torch_configs();

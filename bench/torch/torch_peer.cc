@@ -11,7 +11,7 @@
 //   torch_peer deploy --model FILE.pt         # torch::jit::load + first and steady calls
 //   torch_peer standard-train --model mlp|lenet --batch B --data DIR
 //   torch_peer standard-infer --model mlp|lenet   # eager latency at batch 1 and 64
-//   torch_peer sequence --workload attention|lstm|lm [--seq N]   # forward + backward
+//   torch_peer sequence --workload attention|lstm|gru|lm [--seq N]   # forward + backward
 //
 // Threads: Note [libtorch configurations]. The caller sets OMP_NUM_THREADS
 // and the BLAS; this program fixes ATen's pools before any op runs.
@@ -347,13 +347,21 @@ void run_sequence(const std::string& workload, int64_t seq) {
     });
     return;
   }
-  torch::nn::LSTM lstm(torch::nn::LSTMOptions(S::kLstmSize, S::kLstmSize).batch_first(true));
   torch::Tensor x = torch::randn({S::kLstmBatch, S::kLstmLength, S::kLstmSize});
-  bench::sequence_figures([&] {
-    lstm->zero_grad();
-    std::get<0>(lstm->forward(x)).sum().backward();
-    if (lstm->parameters()[0].grad().data_ptr<float>()[0] == 12345.f) std::abort();
-  });
+  const auto time = [&](auto& layer) {
+    bench::sequence_figures([&] {
+      layer->zero_grad();
+      std::get<0>(layer->forward(x)).sum().backward();
+      if (layer->parameters()[0].grad().template data_ptr<float>()[0] == 12345.f) std::abort();
+    });
+  };
+  if (workload == "gru") {
+    torch::nn::GRU gru(torch::nn::GRUOptions(S::kLstmSize, S::kLstmSize).batch_first(true));
+    time(gru);
+    return;
+  }
+  torch::nn::LSTM lstm(torch::nn::LSTMOptions(S::kLstmSize, S::kLstmSize).batch_first(true));
+  time(lstm);
 }
 
 }  // namespace
@@ -388,7 +396,8 @@ int main(int argc, char** argv) {
         stderr,
         "usage: torch_peer ops | gemm | train --model mlp|cnn --steps N | deploy --model "
         "FILE.pt | standard-train --model mlp|lenet --batch B --data DIR | "
-        "standard-infer --model mlp|lenet | sequence --workload attention|lstm|lm [--seq N]\n");
+        "standard-infer --model mlp|lenet | sequence --workload attention|lstm|gru|lm [--seq "
+        "N]\n");
     return 2;
   }
   return 0;
