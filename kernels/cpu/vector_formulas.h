@@ -24,9 +24,12 @@ namespace tandem::kernels::cpu {
 // of erf; exp_full_range: a few ulp of e^x, with libm's overflow and
 // underflow), in loops compiled for SSE2 and for AVX2 (Note [Row passes in
 // two builds] in kernels/cpu/fast_exp.h): the step went from 80 to 71 ms
-// (bench_sequence --child lm --hybridize). Every CPU path of an op takes
-// the same formula, so eager and hybridized runs agree exactly; float64,
-// and the CUDA kernels, keep elementwise_ops.h's formulas.
+// (bench_sequence --child lm --hybridize). The op's kernel and a fused
+// program's instruction take the same formula, so eager and hybridized runs
+// agree exactly (but for a gelu that activation fusion folds into a linear
+// or conv2d of an inference graph: oneDNN's post-op computes that one, to
+// within its own rounding); float64, and the CUDA kernels, keep
+// elementwise_ops.h's formulas.
 template <class Op>
 struct VectorFormula;  // Defined for the ops that have one.
 

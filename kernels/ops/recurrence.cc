@@ -140,6 +140,8 @@ TensorMetas infer_recurrence_backward(absl::Span<const TensorMeta> in, const Att
   TANDEM_CHECK(in[1].shape.rank() == 3, "output must be [batch, seq, hidden], got ",
                in[1].shape.to_string());
   const RecurrenceGeometry g = geometry_of(cell, in[1].shape, in[0].shape, attrs);
+  TANDEM_CHECK(in[0].dtype == t, "weight_hh must be ", dtype_name(t), " as output is, got ",
+               dtype_name(in[0].dtype));
   const Shape sequence{g.batch, g.steps, g.hidden}, state{g.batch, g.hidden};
   const Shape gates{g.batch, g.steps, g.width};
   // What inputs 1 to `initial` must be, and their names.
@@ -315,7 +317,9 @@ TANDEM_VECTOR_CLONES void gru_backward_row(
 // Samples per thread in a step's gate pass: below some 4096 elements each,
 // waking the other threads costs more than the pass (the OpenMP team is
 // awake already from the step's product).
-int64_t rows_per_thread(int64_t hidden) { return std::max<int64_t>(1, 4096 / hidden); }
+int64_t rows_per_thread(int64_t hidden) {
+  return std::max<int64_t>(1, 4096 / std::max<int64_t>(hidden, 1));  // hidden may be 0.
+}
 
 // The recurrence's multiply-adds, batch * seq * gates * hidden * hidden,
 // from weight_hh [gates * hidden, hidden] and the output [batch, seq,

@@ -288,6 +288,17 @@ TEST(RecurrenceOpTest, NamesWhatDoesNotFit) {
                         {{"initial_h", true}}),
               HasSubstr("an initial state must be float64 [batch, hidden] = [2, 2], got float64 "
                         "[3, 2]"));
+  // A hidden size of 0: empty outputs, no error (nothing divides by it).
+  const std::vector<Tensor> empty = call(
+      "gru", {random_tensor({2, 3, 0}, 1), random_tensor({0, 0}, 2), random_tensor({0}, 3)}, {});
+  EXPECT_EQ(empty[0].shape(), Shape({2, 3, 0}));
+  EXPECT_EQ(empty[1].shape(), Shape({2, 0}));
+  EXPECT_THAT(error_for("gru_backward",
+                        {tensor_of({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {6, 2}, DType::kFloat32),
+                         random_tensor({2, 3, 2}, 2), random_tensor({2, 3, 2}, 3),
+                         random_tensor({2, 3, 6}, 4), random_tensor({2, 3, 2}, 5),
+                         random_tensor({2, 2}, 6)}),
+              HasSubstr("weight_hh must be float64 as output is, got float32"));
   EXPECT_THAT(error_for("gru_backward", {random_tensor({6, 2}, 1), random_tensor({2, 3, 2}, 2),
                                          random_tensor({2, 3, 2}, 3), random_tensor({2, 3, 5}, 4),
                                          random_tensor({2, 3, 2}, 5), random_tensor({2, 2}, 6)}),
