@@ -185,28 +185,41 @@ TANDEM_VECTOR_CLONES void exp_row(T* row, int64_t n, T shift) {
   for (int64_t j = 0; j < n; ++j) row[j] = cpu::fast_exp(row[j] - shift);
 }
 
-// The softmax of row[0, n), in place, in four independent lanes for the
-// maximum and the sum so that they overlap; returns the row's logsumexp.
+// The unnormalized softmax of row[0, n), in place: e^(s_j - max), in eight
+// independent lanes for the maximum and the sum so that both vectorize.
+// Returns the row's sum; its logsumexp is shift + log(sum). The caller
+// divides the row's product with v by the sum, ev values rather than n.
 template <class T>
-TANDEM_VECTOR_CLONES T softmax_row(T* row, int64_t n) {
+struct RowExp {
+  T shift, sum;
+};
+template <class T>
+TANDEM_VECTOR_CLONES RowExp<T> exp_row_and_sum(T* row, int64_t n) {
+  constexpr int kLanes = 8;
   constexpr T kLow = -std::numeric_limits<T>::infinity();
-  T top[4] = {kLow, kLow, kLow, kLow};
+  T top[kLanes];
+  std::fill(top, top + kLanes, kLow);
   int64_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    for (int l = 0; l < 4; ++l) top[l] = std::max(top[l], row[j + l]);
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) top[l] = std::max(top[l], row[j + l]);
   }
   for (; j < n; ++j) top[0] = std::max(top[0], row[j]);
-  const T shift = std::max(std::max(top[0], top[1]), std::max(top[2], top[3]));
-  for (j = 0; j < n; ++j) row[j] = cpu::fast_exp(row[j] - shift);
-  T lane[4] = {};
-  for (j = 0; j + 4 <= n; j += 4) {
-    for (int l = 0; l < 4; ++l) lane[l] += row[j + l];
+  T shift = top[0];
+  for (int l = 1; l < kLanes; ++l) shift = std::max(shift, top[l]);
+  T lane[kLanes] = {};
+  for (j = 0; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      row[j + l] = cpu::fast_exp(row[j + l] - shift);
+      lane[l] += row[j + l];
+    }
   }
-  for (; j < n; ++j) lane[0] += row[j];
-  const T sum = (lane[0] + lane[1]) + (lane[2] + lane[3]);
-  const T inverse = 1 / sum;
-  for (j = 0; j < n; ++j) row[j] *= inverse;
-  return shift + std::log(sum);
+  for (; j < n; ++j) {
+    row[j] = cpu::fast_exp(row[j] - shift);
+    lane[0] += row[j];
+  }
+  T sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += lane[l];
+  return {shift, sum};
 }
 
 // The gradient of the scores from the weights' (Note [Fused attention
@@ -320,7 +333,7 @@ void attention_kernel(const KernelContext& c) {
     T* lse = c.outputs[1].data<T>();
     const int64_t ev = g.value_features;
     parallel_for(g.batch * blocks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> weights;
+      std::vector<T> weights, sums;
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / blocks, i0 = (task % blocks) * rows;
         const int64_t height = std::min(rows, g.queries - i0);
@@ -336,15 +349,23 @@ void attention_kernel(const KernelContext& c) {
           continue;
         }
         weights.resize(static_cast<size_t>(height * n));
+        sums.resize(static_cast<size_t>(height));
         data.scores(b, i0, height, n, weights.data());
         for (int64_t r = 0; r < height; ++r) {
-          l[r * step] = softmax_row(weights.data() + r * n, n);
+          const RowExp<T> e = exp_row_and_sum(weights.data() + r * n, n);
+          l[r * step] = e.shift + std::log(e.sum);
+          sums[r] = e.sum;
         }
         if (g.dropout_p > 0) {
           data.dropout_factors(b, i0, height, n, [&](int64_t k, T f) { weights[k] *= f; });
         }
         cpu::gemm(false, false, height, ev, n, T{1}, weights.data(), n,
                   data.v + g.row(b, 0, g.keys) * ev, step * ev, T{0}, o, step * ev);
+        for (int64_t r = 0; r < height; ++r) {  // The softmax's division.
+          const T inverse = 1 / sums[r];
+          T* row = o + r * step * ev;
+          for (int64_t j = 0; j < ev; ++j) row[j] *= inverse;
+        }
       }
     });
   });
