@@ -56,7 +56,7 @@ TEST(ModelGeneratorTest, CoversEveryLayerKindAndIsDeterministic) {
       walk(random_model(static_cast<uint64_t>(shard) * 1000 + static_cast<uint64_t>(i)).layers);
     }
   }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(LayerKind::kPositionalEncoding) + 1);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(LayerKind::kConv3d) + 1);
   EXPECT_EQ(build(random_model(7)).code, build(random_model(7)).code);
   EXPECT_NE(build(random_model(7)).code, build(random_model(8)).code);
 }

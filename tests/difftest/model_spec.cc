@@ -210,6 +210,18 @@ Layer build_layer(const LayerSpec& spec, const Shape& in, int indent, Context& c
                      spec.bias ? "" : ", /*bias=*/false", ")");
       break;
     }
+    case LayerKind::kConv3d: {
+      TANDEM_CHECK(rank == 5, "Conv3d needs [N, C, D, H, W]");
+      const int64_t groups =
+          channels % spec.groups == 0 && spec.out % spec.groups == 0 ? spec.groups : 1;
+      module = std::make_shared<nn::Conv3d>(
+          nn::Conv3dOptions{channels, spec.out, spec.kernel, spec.stride, spec.padding,
+                            spec.dilation, groups, spec.bias, dtype});
+      code = str_cat("nn::Conv3d(", channels, ", ", spec.out, ", ", spec.kernel, ", /*stride=*/",
+                     spec.stride, ", /*padding=*/", spec.padding, ", /*dilation=*/", spec.dilation,
+                     ", /*groups=*/", groups, spec.bias ? "" : ", /*bias=*/false", ")");
+      break;
+    }
     case LayerKind::kConvTranspose2d:
     case LayerKind::kConvTranspose1d: {
       const bool one_d = spec.kind == LayerKind::kConvTranspose1d;
@@ -601,6 +613,17 @@ LayerSpec random_layer(Draw& draw, const Shape& in, int depth) {
   LayerSpec layer;
   // Weights: convolutions and pooling only on images; blocks only shallow.
   const int64_t choice = draw.in(0, depth < 2 ? 15 : 13);
+  if (rank == 5 && choice <= 3) {  // Volumes: 3-d convolutions, else the rank-free layers.
+    layer.kind = LayerKind::kConv3d;
+    layer.out = draw.in(1, 4);
+    layer.kernel = draw.in(1, 2);
+    layer.stride = draw.in(1, 2);
+    layer.padding = draw.in(0, 1);
+    layer.dilation = draw.chance(0.25) ? 2 : 1;
+    layer.groups = draw.chance(0.25) ? 2 : 1;
+    layer.bias = draw.chance(0.8);
+    return layer;
+  }
   if (rank == 4 && choice <= 4) {
     switch (choice) {
       case 0:
@@ -785,6 +808,8 @@ ModelSpec random_model(uint64_t seed) {
   const int64_t kind = draw.in(0, 19);
   if (kind < 8) {
     spec.input = {draw.in(1, 4), draw.in(4, 10), draw.in(4, 10)};
+    // A sixth of the images are volumes, [C, D, H, W].
+    if (draw.chance(1.0 / 6)) spec.input.insert(spec.input.begin() + 1, draw.in(2, 5));
   } else if (kind < 14) {
     spec.input = {draw.in(2, 24)};
   } else if (kind < 17) {

@@ -51,6 +51,7 @@ enum class LayerKind {
   kUpsample,                 // On [N, C, L] or [N, C, H, W].
   kConvTranspose1d,          // On [N, C, L].
   kPositionalEncoding,       // On [N, seq, features]; LayerSpec::axes is max_len.
+  kConv3d,                   // On [N, C, D, H, W].
 };
 
 struct LayerSpec {
