@@ -73,6 +73,10 @@ struct RecurrenceGeometry {
   TANDEM_HOST_DEVICE int64_t step_at(int64_t s) const { return reverse ? steps - 1 - s : s; }
   // The position of the step taken before it (s > 0).
   TANDEM_HOST_DEVICE int64_t before(int64_t s) const { return reverse ? steps - s : s - 1; }
+  // Where element (b, t) of a [batch, seq, features] tensor starts.
+  TANDEM_HOST_DEVICE int64_t row(int64_t b, int64_t t, int64_t features) const {
+    return (b * steps + t) * features;
+  }
 };
 
 // Where the backward's inputs are (the order above).

@@ -19,23 +19,13 @@ namespace tandem::kernels {
 namespace cuda {
 namespace {
 
-struct Sizes {
-  int64_t batch, steps, hidden, width;
-  // Element (b, t) of a [batch, seq, features] tensor.
-  __device__ int64_t row(int64_t b, int64_t t, int64_t features) const {
-    return (b * steps + t) * features;
-  }
-};
-
-Sizes sizes_of(const RecurrenceGeometry& g) { return {g.batch, g.steps, g.hidden, g.width}; }
-
 __device__ double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 
 // recurrent[b, k] = sum_j h_prev[b, j] w_hh[k, j] (h_prev null: a zero
 // state).
 template <class T>
 struct RecurrentProduct {
-  Sizes z;
+  RecurrenceGeometry z;
   const T* h_prev;
   int64_t h_stride;  // Between rows b of h_prev.
   const T* w_hh;
@@ -56,7 +46,7 @@ struct RecurrentProduct {
 // One unit j of sample b at step t.
 template <class T, RecurrentCell kCell>
 struct Step {
-  Sizes z;
+  RecurrenceGeometry z;
   int64_t t;
   const T* projected;
   const T* recurrent;
@@ -109,7 +99,7 @@ struct Step {
 // W_hh.
 template <class T, RecurrentCell kCell>
 struct StepBackward {
-  Sizes z;
+  RecurrenceGeometry z;
   int64_t t;
   const T* y;
   const T* saved_state;
@@ -170,7 +160,7 @@ struct StepBackward {
 // dh[b, j] = (gru: dh[b, j] +) sum_k d_recurrent[b, t, k] w_hh[k, j].
 template <class T>
 struct BackThroughWeights {
-  Sizes z;
+  RecurrenceGeometry z;
   int64_t t;
   bool add;
   const T* d_recurrent;
@@ -191,8 +181,7 @@ struct BackThroughWeights {
 // h_prev[b, j]; d_b[k] = sum of d_recurrent[., ., k].
 template <class T>
 struct WeightGradients {
-  Sizes z;
-  bool reverse;
+  RecurrenceGeometry z;
   const T* d_recurrent;
   const T* y;
   const T* h0;  // Null without one.
@@ -203,11 +192,10 @@ struct WeightGradients {
     double sum = 0, bias = 0;
     for (int64_t b = 0; b < z.batch; ++b) {
       for (int64_t s = 0; s < z.steps; ++s) {
-        const int64_t t = reverse ? z.steps - 1 - s : s;
-        const double d = d_recurrent[z.row(b, t, z.width) + k];
+        const double d = d_recurrent[z.row(b, z.step_at(s), z.width) + k];
         if (j == 0) bias += d;
-        const int64_t before = reverse ? t + 1 : t - 1;
-        const T* h = s > 0 ? y + z.row(b, before, z.hidden) : (h0 ? h0 + b * z.hidden : nullptr);
+        const T* h =
+            s > 0 ? y + z.row(b, z.before(s), z.hidden) : (h0 ? h0 + b * z.hidden : nullptr);
         if (h != nullptr) sum += d * static_cast<double>(h[j]);
       }
     }
@@ -238,7 +226,6 @@ void recurrence_kernel(const KernelContext& c) {
   const Tensor& projected = c.inputs[0];
   const Shape& shape = projected.shape();
   const RecurrenceGeometry g(cell, Shape({shape[0], shape[1], shape[2] / cell.gates}), c.attrs);
-  const Sizes z = sizes_of(g);
   cudaStream_t stream = stream_of(c);
   const Tensor recurrent = Tensor::empty({g.batch, g.width}, projected.dtype(), c.run.device);
   visit_floating(projected.dtype(), [&]<class T>() {
@@ -254,9 +241,9 @@ void recurrence_kernel(const KernelContext& c) {
       const T* c_prev = s > 0 && saved_state ? saved_state + g.before(s) * g.hidden : c0;
       const int64_t stride = s > 0 ? g.steps * g.hidden : g.hidden;
       for_each(stream, g.batch * g.width,
-               RecurrentProduct<T>{z, h_prev, stride, c.inputs[1].data<T>(), recurrent.data<T>()});
+               RecurrentProduct<T>{g, h_prev, stride, c.inputs[1].data<T>(), recurrent.data<T>()});
       for_each(stream, g.batch * g.hidden,
-               Step<T, kCell>{z, t, projected.data<T>(), recurrent.data<T>(), c.inputs[2].data<T>(),
+               Step<T, kCell>{g, t, projected.data<T>(), recurrent.data<T>(), c.inputs[2].data<T>(),
                               kCell == RecurrentCell::kLstm ? c_prev : h_prev, stride, gates,
                               saved_state, y});
     }
@@ -270,7 +257,6 @@ void recurrence_backward_kernel(const KernelContext& c) {
   static constexpr RecurrenceLayout cell = recurrence_layout(kCell);
   const RecurrenceBackwardInputs at(cell, c.attrs);
   const RecurrenceGeometry g(cell, c.inputs[1].shape(), c.attrs);
-  const Sizes z = sizes_of(g);
   const DType dtype = c.inputs[1].dtype();
   cudaStream_t stream = stream_of(c);
   const auto copy_of = [&](const Tensor& t) {
@@ -304,16 +290,16 @@ void recurrence_backward_kernel(const KernelContext& c) {
       const int64_t stride = s > 0 ? g.steps * g.hidden : g.hidden;
       for_each(
           stream, g.batch * g.hidden,
-          StepBackward<T, kCell>{z, t, y, saved_state, gates, input(at.grads), grad_saved_state,
+          StepBackward<T, kCell>{g, t, y, saved_state, gates, input(at.grads), grad_saved_state,
                                  grad_gates, kCell == RecurrentCell::kLstm ? c_prev : h_prev,
                                  stride, dh.data<T>(), dc_data, d_projected, d_recurrent});
       for_each(stream, g.batch * g.hidden,
-               BackThroughWeights<T>{z, t, kCell == RecurrentCell::kGru, d_recurrent, input(0),
+               BackThroughWeights<T>{g, t, kCell == RecurrentCell::kGru, d_recurrent, input(0),
                                      dh.data<T>()});
     }
-    for_each(stream, g.width * g.hidden,
-             WeightGradients<T>{z, g.reverse, d_recurrent, y, h0, c.outputs[1].data<T>(),
-                                c.outputs[2].data<T>()});
+    for_each(
+        stream, g.width * g.hidden,
+        WeightGradients<T>{g, d_recurrent, y, h0, c.outputs[1].data<T>(), c.outputs[2].data<T>()});
     int output = 3;
     for (const Tensor* state : {g.initial_h ? &dh : nullptr, g.initial_c ? &dc : nullptr}) {
       if (state == nullptr) continue;

@@ -388,7 +388,7 @@ void recurrence_kernel(const KernelContext& c) {
             rnn_relu_row(p, r, b_hh, y + at, n);
           } else if constexpr (kCell == RecurrentCell::kLstm) {
             const T* c_prev =
-                s > 0 ? saved_state + (b * g.steps + g.before(s)) * n : (c0 ? c0 + b * n : nullptr);
+                s > 0 ? saved_state + g.row(b, g.before(s), n) : (c0 ? c0 + b * n : nullptr);
             lstm_row(p, r, b_hh, c_prev, gates + row * width, saved_state + at, y + at, n);
           } else {
             const T* h_row = h_prev != nullptr ? h_prev + b * h_stride : nullptr;
@@ -403,7 +403,7 @@ void recurrence_kernel(const KernelContext& c) {
       const T* sequence = k == 0 ? y : saved_state;
       const T* initial = k == 0 ? h0 : c0;
       for (int64_t b = 0; b < g.batch; ++b) {
-        const int64_t last = (b * g.steps + g.step_at(g.steps - 1)) * n;
+        const int64_t last = g.row(b, g.step_at(g.steps - 1), n);
         for (int64_t j = 0; j < n; ++j) {
           final_state[b * n + j] =
               g.steps > 0 ? sequence[last + j] : (initial ? initial[b * n + j] : T{0});
@@ -462,7 +462,7 @@ void recurrence_backward_kernel(const KernelContext& c) {
           const int64_t row = b * g.steps + t, state_at = row * n, gates_at = row * width;
           T* d_h = dh_total.data() + b * n;
           for (int64_t j = 0; j < n; ++j) d_h[j] = dh[b * n + j] + grad_y[state_at + j];
-          const int64_t prev_at = (b * g.steps + (s > 0 ? g.before(s) : 0)) * n;
+          const int64_t prev_at = g.row(b, s > 0 ? g.before(s) : 0, n);
           if constexpr (kCell == RecurrentCell::kRnnTanh) {
             rnn_tanh_backward_row(y + state_at, d_h, d_projected + gates_at, n);
           } else if constexpr (kCell == RecurrentCell::kRnnRelu) {
@@ -499,8 +499,8 @@ void recurrence_backward_kernel(const KernelContext& c) {
       const int64_t first_gate = g.reverse ? 0 : 1, first_prev = g.reverse ? 1 : 0;
       for (int64_t b = 0; b < g.batch; ++b) {
         cpu::gemm(true, false, width, n, g.steps - 1, T{1},
-                  d_recurrent + (b * g.steps + first_gate) * width, width,
-                  y + (b * g.steps + first_prev) * n, n, T{1}, d_w, n);
+                  d_recurrent + g.row(b, first_gate, width), width, y + g.row(b, first_prev, n), n,
+                  T{1}, d_w, n);
       }
     }
     if (h0 != nullptr && g.steps > 0) {
