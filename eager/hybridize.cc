@@ -6,9 +6,12 @@
 #include <iostream>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
@@ -368,14 +371,14 @@ TracedBackward trace_backward(trace::Tracer& tracer, const Tensor& y,
 // the replay writes back, and one it cleared (zero_grad(set_to_none)) a
 // gradient the replay clears.
 void record_grad_writes(trace::Tracer& tracer, const std::vector<Leaf>& leaves,
-                        CachedGraph& entry) {
+                        std::vector<CachedGraph::GradWrite>& grad_writes) {
   for (const Leaf& leaf : leaves) {
     Tensor grad = leaf.parameter.grad();
     if (!grad.defined()) {
-      if (leaf.grad_before.defined()) entry.grad_writes.push_back({leaf.parameter, -1});
+      if (leaf.grad_before.defined()) grad_writes.push_back({leaf.parameter, -1});
     } else if (!leaf.grad_before.defined() || grad.impl_ptr() != leaf.grad_before.impl_ptr()) {
-      entry.grad_writes.push_back(
-          {leaf.parameter, tracer.add_output(grad, str_cat("grad", entry.grad_writes.size()))});
+      grad_writes.push_back(
+          {leaf.parameter, tracer.add_output(grad, str_cat("grad", grad_writes.size()))});
     }
   }
 }
@@ -401,18 +404,16 @@ void release_cache_after_trace(const std::vector<Tensor>& outputs,
   allocator_for(Device::cpu()).empty_cache();
 }
 
-// The forward graph's inputs (the seed is the backward graph's alone) and,
-// per input, where a call takes its tensor from. Bindings follow the traced
-// input order, which the passes keep (they only append constants).
-std::vector<trace::GraphInput> bind_inputs(const trace::Trace& traced,
-                                           std::optional<trace::ValueId> seed,
-                                           const std::vector<Leaf>& leaves,
-                                           std::vector<CachedGraph::Binding>& bindings) {
-  std::vector<trace::GraphInput> forward_inputs;
+// Per graph input but the backward's seed, where a call takes its tensor
+// from. Bindings follow the traced input order, which the passes keep (they
+// only append constants).
+std::vector<CachedGraph::Binding> bind_inputs(const trace::Trace& traced,
+                                              std::optional<trace::ValueId> seed,
+                                              const std::vector<Leaf>& leaves) {
+  std::vector<CachedGraph::Binding> bindings;
   size_t data = 0, state = 0;
   for (const trace::GraphInput& input : traced.graph.inputs) {
     if (seed && input.value == *seed) continue;
-    forward_inputs.push_back(input);
     if (input.kind == trace::InputKind::kData) {
       bindings.push_back({CachedGraph::Binding::kData, data++, Tensor()});
       continue;
@@ -432,8 +433,50 @@ std::vector<trace::GraphInput> bind_inputs(const trace::Trace& traced,
       bindings.push_back({CachedGraph::Binding::kState, 0, handle});
     }
   }
-  return forward_inputs;
+  return bindings;
 }
+
+// One call traced, before its graph is optimized: the graph, and how a
+// replay feeds it and applies its results.
+struct Recording {
+  trace::Graph graph;
+  std::vector<Tensor> state;  // The tensor of each state input, in order.
+  size_t num_user_outputs = 0;
+  std::vector<CachedGraph::Binding> bindings;
+  std::vector<trace::StateWrite> state_writes;
+  std::vector<CachedGraph::GradWrite> grad_writes;
+  std::optional<TracedBackward> backward;
+  int seed_input = -1;  // With `backward`: which graph input its seed is.
+  // The state the call started from: each captured tensor with its data
+  // when captured, each captured parameter with its gradient then.
+  std::vector<std::pair<Tensor, Tensor>> captured;
+  std::vector<Leaf> leaves;
+};
+
+// Tensors' data and parameters' gradients at one moment, to go back to.
+class StateCopy {
+ public:
+  // Remembers that `tensor` is to hold `data` (the first word on a tensor wins).
+  void keep(const Tensor& tensor, Tensor data) {
+    if (kept_.insert(tensor.impl_ptr().get()).second) data_.emplace_back(tensor, std::move(data));
+  }
+  // Remembers that `parameter`'s gradient is to be `grad` (ditto).
+  void keep_grad(const Tensor& parameter, Tensor grad) {
+    if (kept_grads_.insert(parameter.impl_ptr().get()).second) {
+      grads_.emplace_back(parameter, std::move(grad));
+    }
+  }
+  void restore() const {
+    for (const auto& [tensor, data] : data_) tensor.assign_(data);
+    for (const auto& [parameter, grad] : grads_) {
+      if (AutogradMeta* meta = leaf_meta(parameter)) meta->grad = grad;
+    }
+  }
+
+ private:
+  absl::flat_hash_set<const TensorImpl*> kept_, kept_grads_;
+  std::vector<std::pair<Tensor, Tensor>> data_, grads_;
+};
 
 }  // namespace
 
@@ -451,9 +494,16 @@ struct HybridFunction::Impl {
   const trace::Executor* last_executor = nullptr;
 
   // Traces `fn` on `inputs` into a new cache entry (the most recent) and
-  // sets `outputs` to the call's results.
+  // sets `outputs` to the call's results; fits a family for the signature
+  // when there are free dimensions.
   CachedGraph& trace(const std::vector<Tensor>& inputs, Signature signature,
                      std::vector<Tensor>* outputs);
+  // Runs `fn` on `inputs` under a tracer; `outputs`: its results.
+  Recording record(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs);
+  // A new cache entry (the most recent) that replays `graph`, which is
+  // `recording`'s graph or that graph instantiated at other sizes.
+  CachedGraph& add_entry(const Recording& recording, trace::Graph graph, Signature signature,
+                         Device device);
   // Optimizes the traced graph (cut into forward and backward when it holds
   // a traced backward) and builds the executors that replay it.
   void build_executors(CachedGraph& entry, trace::Graph graph,
@@ -469,26 +519,39 @@ struct HybridFunction::Impl {
   std::vector<Tensor> verify(CachedGraph& graph, const std::vector<Tensor>& inputs);
 
   // Note [One trace for every size]
-  // With HybridizeOptions::dynamic_dims, an inference trace is also traced
-  // at a few other sizes and fitted into a family (eager/symbolic_trace.h):
-  // its graph with every size an expression of the free dimensions. A later
-  // call whose signature differs only in their sizes instantiates that
-  // graph (trace/symbolic_shapes.h: attributes evaluated, every shape
-  // inferred again and checked) and optimizes it as a trace's would be,
-  // without running the function. Sizes the family cannot take (past a
-  // limit such as seq <= max_len) fall back to a trace, whose eager run
-  // answers as eager code does. Families live as long as the function.
+  // With HybridizeOptions::dynamic_dims, a trace is also traced at a few
+  // other sizes and fitted into a family (eager/symbolic_trace.h): its graph
+  // with every size an expression of the free dimensions. A later call
+  // whose signature differs only in their sizes instantiates that graph
+  // (trace/symbolic_shapes.h: attributes evaluated, every shape inferred
+  // again and checked) and optimizes it as a trace's would be, without
+  // running the function. Sizes the family cannot take (past a limit such
+  // as seq <= max_len) fall back to a trace, whose eager run answers as
+  // eager code does. Families live as long as the function.
+  //
+  // The other sizes are traced by running the whole call again on zeros,
+  // and a training step updates parameters, optimizer state and gradients
+  // as it runs. So each of those runs starts from the state the traced call
+  // started from (so that it takes the same path: a first step sees no
+  // gradients yet), and afterwards every tensor and gradient they touched
+  // goes back to what the traced call left, with the random generator.
+  // Tensors are restored by rebinding (assign_), which is how every update
+  // is made; host-side state the function changes (a counter in C++) is
+  // beyond reach, as it is for a replay (Note [What a trace cannot see]).
   struct Family {
     Signature signature;
-    SymbolicTrace traced;
+    Recording example;     // The traced call, less its graph and prior state;
+    SymbolicTrace fitted;  // its graph, fitted.
   };
   std::vector<Family> families;
   bool warned_about_dynamic_dims = false;
 
   // A new cache entry for `inputs` from a family, or null if none takes them.
   CachedGraph* instantiate(const std::vector<Tensor>& inputs, const Signature& signature);
-  // After a trace: fits the family of `entry`'s call, or warns once why not.
-  void fit_family(const CachedGraph& entry, const std::vector<Tensor>& inputs);
+  // Fits the family of `example` (a recording of a call on `inputs` that
+  // started with the random state `random_before`), or warns once why not.
+  void fit_family(Recording example, const Signature& signature, const std::vector<Tensor>& inputs,
+                  uint64_t random_before);
 };
 
 namespace {
@@ -515,115 +578,165 @@ CachedGraph* HybridFunction::Impl::instantiate(const std::vector<Tensor>& inputs
                                                const Signature& signature) {
   for (const Family& family : families) {
     if (!same_but_sizes(family.signature, signature)) continue;
-    const SymbolicTrace& traced = family.traced;
+    const SymbolicTrace& fitted = family.fitted;
     std::vector<Shape> shapes;
     for (const Tensor& t : inputs) shapes.push_back(t.shape());
     trace::Graph graph;
     try {
-      const trace::SymbolValues sizes = trace::bind_symbols(traced.graph, traced.symbolic, shapes);
-      graph = trace::instantiate(traced.graph, traced.symbolic, sizes, traced.sources);
+      const trace::SymbolValues sizes = trace::bind_symbols(fitted.graph, fitted.symbolic, shapes);
+      graph = trace::instantiate(fitted.graph, fitted.symbolic, sizes, fitted.sources);
     } catch (const Error&) {
       continue;
     }
-    CachedGraph entry;
-    entry.num_user_outputs = graph.outputs.size();
-    size_t data = 0, state = 0;
-    for (const trace::GraphInput& input : graph.inputs) {
-      if (input.kind == trace::InputKind::kData) {
-        entry.bindings.push_back({CachedGraph::Binding::kData, data++, Tensor()});
-      } else {
-        entry.bindings.push_back({CachedGraph::Binding::kState, 0, traced.state[state++]});
-      }
-    }
-    const std::vector<trace::GraphInput> forward_inputs = graph.inputs;
-    build_executors(entry, std::move(graph), forward_inputs, std::nullopt, inputs[0].device());
-    entry.verify_left = options.verify ? options.verify_calls : 0;
-    entry.signature = signature;
-    entry.key_text = entry.signature.text();
-    return &remember(std::move(entry));
+    return &add_entry(family.example, std::move(graph), signature, inputs[0].device());
   }
   return nullptr;
 }
 
-void HybridFunction::Impl::fit_family(const CachedGraph& entry, const std::vector<Tensor>& inputs) {
-  if (options.dynamic_dims.empty()) return;
-  auto warn = [&](const std::string& why) {
+void HybridFunction::Impl::fit_family(Recording example, const Signature& signature,
+                                      const std::vector<Tensor>& inputs, uint64_t random_before) {
+  std::vector<InputExample> shapes;
+  for (const Tensor& t : inputs) {
+    shapes.push_back({t.shape(), t.dtype(), t.device(), t.requires_grad()});
+  }
+  // Note [One trace for every size]: where each run at other sizes starts,
+  // and what comes back after them.
+  StateCopy before, after;
+  for (const auto& [tensor, data] : example.captured) {
+    before.keep(tensor, data);
+    after.keep(tensor, tensor.snapshot());
+  }
+  for (const trace::StateWrite& write : example.state_writes) {
+    after.keep(write.target, write.target.snapshot());
+  }
+  for (const Leaf& leaf : example.leaves) {
+    before.keep_grad(leaf.parameter, leaf.grad_before);
+    after.keep_grad(leaf.parameter, leaf.parameter.grad());
+  }
+  const uint64_t random_after = random_state();
+  absl::Cleanup put_back = [&] {
+    after.restore();
+    manual_seed(random_after);
+  };
+  auto trace_at = [&](const std::vector<Tensor>& probe_inputs) {
+    before.restore();
+    manual_seed(random_before);
+    std::vector<Tensor> outputs;
+    Recording probe = record(probe_inputs, &outputs);
+    // What this run touched that the traced call did not (a family then
+    // fails to fit, as the two took different paths) held its data before.
+    for (const auto& [tensor, data] : probe.captured) {
+      before.keep(tensor, data);
+      after.keep(tensor, data);
+    }
+    for (const Leaf& leaf : probe.leaves) {
+      before.keep_grad(leaf.parameter, leaf.grad_before);
+      after.keep_grad(leaf.parameter, leaf.grad_before);
+    }
+    return TracedCall{std::move(probe.graph), std::move(probe.state)};
+  };
+  try {
+    SymbolicTrace fitted = fit_free_dims(trace_at, shapes, options.dynamic_dims,
+                                         str_cat("hybridize '", options.name, "'"),
+                                         TracedCall{std::move(example.graph), example.state});
+    // The state before the call is not needed again (and would keep the
+    // parameters' old values alive).
+    example.captured.clear();
+    example.leaves.clear();
+    families.push_back({signature, std::move(example), std::move(fitted)});
+  } catch (const Error& e) {
     if (warned_about_dynamic_dims) return;
     warned_about_dynamic_dims = true;
     std::cerr << "tandem: warning: hybridize '" << options.name
-              << "' traces once per shape despite dynamic_dims: " << why << "\n";
-  };
-  if (!entry.state_writes.empty() || !entry.grad_writes.empty() || entry.backward) {
-    warn(
-        "the call updates state or computes gradients, and free dimensions apply to inference "
-        "calls only (call it under NoGradGuard, a module in eval mode)");
-    return;
-  }
-  std::vector<InputExample> example;
-  for (const Tensor& t : inputs) example.push_back({t.shape(), t.dtype(), t.device()});
-  try {
-    families.push_back(
-        {entry.signature, trace_symbolic(fn, example, options.dynamic_dims,
-                                         str_cat("hybridize '", options.name, "'"))});
-  } catch (const Error& e) {
-    warn(e.what());
+              << "' traces once per shape despite dynamic_dims: " << e.what() << "\n";
   }
 }
 
-CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Signature signature,
-                                         std::vector<Tensor>* outputs) {
+Recording HybridFunction::Impl::record(const std::vector<Tensor>& inputs,
+                                       std::vector<Tensor>* outputs) {
   const bool differentiable = options.differentiable && grad_mode_enabled();
-  const uint64_t seed_state = random_state();
-  std::vector<Leaf> leaves;
-  // Each captured tensor's data at capture, to undo a differentiable trace's
-  // state updates before its first replay.
-  std::vector<std::pair<Tensor, Tensor>> captured;
+  Recording recording;
   const std::vector<Tensor> traced_inputs = trace_inputs(inputs, differentiable);
-
   trace::Tracer tracer;
   tracer.set_on_capture([&](const Tensor& t) {
-    if (AutogradMeta* meta = leaf_meta(t)) leaves.push_back({t, meta->grad});
-    if (differentiable) captured.emplace_back(t, t.snapshot());
+    if (AutogradMeta* meta = leaf_meta(t)) recording.leaves.push_back({t, meta->grad});
+    recording.captured.emplace_back(t, t.snapshot());
   });
   if (options.state_names) tracer.set_state_namer(state_namer(options.state_names()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     tracer.add_input(traced_inputs[i], str_cat("input", i));
   }
   *outputs = fn(traced_inputs);
-  CachedGraph entry;
-  entry.num_user_outputs = outputs->size();
+  recording.num_user_outputs = outputs->size();
   for (size_t o = 0; o < outputs->size(); ++o) {
     TANDEM_CHECK((*outputs)[o].defined(),
                  "the hybridized function returned an undefined tensor as output ", o);
     tracer.add_output((*outputs)[o], str_cat("output", o));
   }
-
-  std::optional<TracedBackward> backward;
   if (differentiable && outputs->size() == 1 && (*outputs)[0].requires_grad()) {
-    backward = trace_backward(tracer, (*outputs)[0], inputs, traced_inputs, leaves);
+    recording.backward =
+        trace_backward(tracer, (*outputs)[0], inputs, traced_inputs, recording.leaves);
   } else {
-    record_grad_writes(tracer, leaves, entry);
+    record_grad_writes(tracer, recording.leaves, recording.grad_writes);
   }
   trace::Trace traced = tracer.finish();
-  entry.state_writes = std::move(traced.state_writes);
-  const std::vector<trace::GraphInput> forward_inputs = bind_inputs(
-      traced, backward ? std::optional(backward->seed) : std::nullopt, leaves, entry.bindings);
-  const Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
-  release_cache_after_trace(*outputs, entry.state_writes, device);
-  build_executors(entry, std::move(traced.graph), forward_inputs, std::move(backward), device);
+  std::optional<trace::ValueId> seed;
+  if (recording.backward) {
+    seed = recording.backward->seed;
+    for (size_t i = 0; i < traced.graph.inputs.size(); ++i) {
+      if (traced.graph.inputs[i].value == *seed) recording.seed_input = static_cast<int>(i);
+    }
+  }
+  recording.bindings = bind_inputs(traced, seed, recording.leaves);
+  recording.state_writes = std::move(traced.state_writes);
+  recording.graph = std::move(traced.graph);
+  recording.state = std::move(traced.state);
+  return recording;
+}
+
+CachedGraph& HybridFunction::Impl::add_entry(const Recording& recording, trace::Graph graph,
+                                             Signature signature, Device device) {
+  CachedGraph entry;
+  entry.num_user_outputs = recording.num_user_outputs;
+  entry.bindings = recording.bindings;
+  entry.state_writes = recording.state_writes;
+  entry.grad_writes = recording.grad_writes;
+  // The forward graph's inputs: all but the seed, which is the backward's.
+  std::optional<TracedBackward> backward = recording.backward;
+  std::vector<trace::GraphInput> forward_inputs;
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    if (static_cast<int>(i) == recording.seed_input) {
+      backward->seed = graph.inputs[i].value;  // Its number in this graph.
+    } else {
+      forward_inputs.push_back(graph.inputs[i]);
+    }
+  }
+  build_executors(entry, std::move(graph), forward_inputs, std::move(backward), device);
   entry.verify_left = options.verify ? options.verify_calls : 0;
   entry.signature = std::move(signature);
   entry.key_text = entry.signature.text();
+  return remember(std::move(entry));
+}
 
-  CachedGraph& result = remember(std::move(entry));
+CachedGraph& HybridFunction::Impl::trace(const std::vector<Tensor>& inputs, Signature signature,
+                                         std::vector<Tensor>* outputs) {
+  const uint64_t random_before = random_state();
+  Recording recording = record(inputs, outputs);
+  const Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
+  release_cache_after_trace(*outputs, recording.state_writes, device);
+  std::optional<Recording> example;
+  if (!options.dynamic_dims.empty() && !inputs.empty()) example = recording;
+  trace::Graph graph = std::move(recording.graph);
+  CachedGraph& result = add_entry(recording, std::move(graph), std::move(signature), device);
   if (result.backward) {
     // The trace's own results carry a spent autograd graph (its backward was
     // traced): undo its state updates and random draws, and replay, so the
     // caller gets outputs it can differentiate.
-    for (auto& [tensor, before] : captured) tensor.assign_(before);
-    manual_seed(seed_state);
+    for (auto& [tensor, before] : recording.captured) tensor.assign_(before);
+    manual_seed(random_before);
     *outputs = replay(result, inputs);
   }
+  if (example) fit_family(std::move(*example), result.signature, inputs, random_before);
   return result;
 }
 
@@ -922,7 +1035,6 @@ std::vector<Tensor> HybridFunction::operator()(const std::vector<Tensor>& inputs
   std::vector<Tensor> outputs;
   CachedGraph& graph = s.trace(inputs, std::move(signature), &outputs);
   s.last_executor = graph.executor.get();
-  s.fit_family(graph, inputs);
   return outputs;
 }
 

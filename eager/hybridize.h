@@ -87,10 +87,11 @@ struct HybridizeOptions {
   // The first trace also traces the function at a few other sizes and fits
   // its graph's sizes as expressions of these names (trace/symbolic_shapes.h);
   // a call whose shapes differ only there then instantiates that graph
-  // (Stats::instantiations) instead of running the function again. Applies
-  // to calls whose graph only computes outputs (inference: no state updates,
-  // no gradients); other calls, and functions no one graph can follow (a
-  // warning says why), trace per shape as without it.
+  // (Stats::instantiations) instead of running the function again. Whole
+  // training steps too: the runs at other sizes start from the state the
+  // first call started from, and leave the state it left (Note [One trace
+  // for every size] in hybridize.cc). Functions no one graph can follow (a
+  // warning says why) trace per shape as without it.
   FreeDims dynamic_dims = {};
   // Names the graph in logs and TANDEM_DUMP_GRAPHS files.
   std::string name = "hybridized";

@@ -1,5 +1,7 @@
 #include "eager/symbolic_trace.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_join.h"
@@ -58,66 +60,129 @@ ResolvedDims resolve(const std::vector<InputExample>& example, const FreeDims& f
   return out;
 }
 
+// Whether `a` and `b` hold the same bytes.
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor x = a.device().is_cpu() ? a : a.to(Device::cpu());
+  const Tensor y = b.device().is_cpu() ? b : b.to(Device::cpu());
+  x.wait_to_read();
+  y.wait_to_read();
+  return x.nbytes() == 0 || std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+// A state input is read live from the example's tensor at every size. The
+// calls at the probes capture the same tensors (parameters, optimizer
+// state), or tensors made afresh on the host, which must then hold the same
+// values: one whose value follows a size (a mean's 1 / count as a scalar)
+// would be frozen at the example's.
+void check_state_follows_no_size(const trace::ProbePlan& plan, const trace::Graph& graph,
+                                 const std::vector<TracedCall>& calls,
+                                 const std::vector<std::string>& sources) {
+  size_t state = 0;
+  for (const trace::GraphInput& input : graph.inputs) {
+    if (input.kind != trace::InputKind::kState) continue;
+    const Tensor& example = calls.front().state[state];
+    for (size_t p = 1; p < calls.size(); ++p) {
+      const Tensor& other = calls[p].state[state];
+      if (other.impl_ptr() == example.impl_ptr() || same_values(other, example)) continue;
+      std::string reader;
+      for (size_t n = 0; n < graph.nodes.size() && reader.empty(); ++n) {
+        const std::vector<trace::ValueId>& in = graph.nodes[n].inputs;
+        if (std::find(in.begin(), in.end(), input.value) == in.end()) continue;
+        reader = str_cat(", read by ", graph.nodes[n].op->name,
+                         sources[n].empty() ? "" : str_cat(" at ", sources[n]));
+      }
+      throw Error(str_cat(
+          "the traced code captured tensor '", input.name, "' (", dtype_name(example.dtype()),
+          example.shape().to_string(), reader, ") made on the host, whose values differ at ",
+          trace::values_text(plan.points[p]), " from those at ", trace::values_text(plan.points[0]),
+          ": a value computed from a size, which a graph would keep at the "
+          "example's; make it with ops (full, arange) from the input's shape"));
+    }
+    ++state;
+  }
+}
+
 }  // namespace
 
-SymbolicTrace trace_symbolic(
-    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-    const std::vector<InputExample>& example, const FreeDims& free, const std::string& what) {
+SymbolicTrace fit_free_dims(const TraceAt& trace_at, const std::vector<InputExample>& example,
+                            const FreeDims& free, const std::string& what,
+                            std::optional<TracedCall> at_example) {
   const ResolvedDims dims = resolve(example, free, what);
   SymbolicTrace out;
   out.plan = dims.example.empty() ? trace::ProbePlan{{}, {trace::SymbolValues{}}}
                                   : trace::plan_probes(dims.example);
-  NoGradGuard no_grad;
-  const uint64_t random = random_state();
-  std::vector<trace::Graph> graphs;
-  for (const trace::SymbolValues& point : out.plan.points) {
+  std::vector<TracedCall> calls;
+  if (at_example) calls.push_back(std::move(*at_example));
+  for (size_t p = calls.size(); p < out.plan.points.size(); ++p) {
+    const trace::SymbolValues& point = out.plan.points[p];
     std::vector<Tensor> inputs;
     for (size_t i = 0; i < example.size(); ++i) {
       std::vector<int64_t> shape(example[i].shape.begin(), example[i].shape.end());
       for (const auto& [axis, name] : dims.per_input[i]) shape[axis] = point.at(name);
-      inputs.push_back(zeros(shape, example[i].dtype, example[i].device));
+      Tensor zero = zeros(shape, example[i].dtype, example[i].device);
+      if (example[i].requires_grad) zero.requires_grad_();
+      inputs.push_back(std::move(zero));
     }
-    manual_seed(random);
-    trace::Trace traced;
     try {
-      trace::Tracer tracer;
-      for (size_t i = 0; i < inputs.size(); ++i) tracer.add_input(inputs[i], input_name(i));
-      const std::vector<Tensor> outputs = fn(inputs);
-      for (size_t o = 0; o < outputs.size(); ++o) {
-        TANDEM_CHECK(outputs[o].defined(), "the function returned an undefined tensor as output ",
-                     o);
-        tracer.add_output(outputs[o], str_cat("output", o));
-      }
-      traced = tracer.finish();
+      calls.push_back(trace_at(inputs));
     } catch (const Error& e) {
-      if (graphs.empty()) throw;
+      if (calls.empty()) throw;
       throw Error(str_cat(what, ": tracing at ", trace::values_text(point), " (the example has ",
                           trace::values_text(out.plan.points[0]), ") to free ",
                           absl::StrJoin(out.plan.symbols, ", "), " failed: ", e.what(),
                           "; fix that dimension, or make the model's code follow it"));
     }
-    TANDEM_CHECK(traced.state_writes.empty(), what,
-                 ": the function updates state (e.g. batch norm's running statistics in "
-                 "training mode), which an exported model cannot do; export an inference "
-                 "function");
-    if (graphs.empty()) {
-      out.state = std::move(traced.state);
-      for (const trace::Node& node : traced.graph.nodes) {
-        out.sources.push_back(node.where.line() == 0 ? std::string() : format_location(node.where));
-      }
-    }
-    graphs.push_back(std::move(traced.graph));
   }
-  manual_seed(random);
+  for (const trace::Node& node : calls.front().graph.nodes) {
+    out.sources.push_back(node.where.line() == 0 ? std::string() : format_location(node.where));
+  }
   try {
-    if (graphs.size() > 1) {
+    if (calls.size() > 1) {
+      std::vector<trace::Graph> graphs;
+      for (TracedCall& call : calls) graphs.push_back(std::move(call.graph));
       out.symbolic = trace::fit_symbolic_shapes(out.plan, graphs, out.sources);
+      check_state_follows_no_size(out.plan, graphs.front(), calls, out.sources);
+      calls.front().graph = std::move(graphs.front());
     }
   } catch (const Error& e) {
     throw Error(str_cat(what, ": the graph cannot follow ", absl::StrJoin(out.plan.symbols, ", "),
                         ": ", e.message()));
   }
-  out.graph = std::move(graphs.front());
+  out.graph = std::move(calls.front().graph);
+  out.state = std::move(calls.front().state);
+  return out;
+}
+
+SymbolicTrace trace_symbolic(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+    const std::vector<InputExample>& example, const FreeDims& free, const std::string& what) {
+  NoGradGuard no_grad;
+  const uint64_t random = random_state();
+  auto trace_at = [&](const std::vector<Tensor>& inputs) {
+    manual_seed(random);
+    trace::Tracer tracer;
+    for (size_t i = 0; i < inputs.size(); ++i) tracer.add_input(inputs[i], input_name(i));
+    const std::vector<Tensor> outputs = fn(inputs);
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      TANDEM_CHECK(outputs[o].defined(), "the function returned an undefined tensor as output ", o);
+      tracer.add_output(outputs[o], str_cat("output", o));
+    }
+    trace::Trace traced = tracer.finish();
+    TANDEM_CHECK(traced.state_writes.empty(), what,
+                 ": the function updates state (e.g. batch norm's running statistics in "
+                 "training mode), which an exported model cannot do; export an inference "
+                 "function");
+    return TracedCall{std::move(traced.graph), std::move(traced.state)};
+  };
+  SymbolicTrace out;
+  try {
+    out = fit_free_dims(trace_at, example, free, what);
+  } catch (...) {
+    manual_seed(random);
+    throw;
+  }
+  manual_seed(random);
   return out;
 }
 

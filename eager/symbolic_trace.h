@@ -10,10 +10,12 @@
 //
 // The function runs under NoGradGuard on zeros of each probe's shapes, with
 // the random generator restored before each call and after the last, so
-// that the traces differ only in sizes.
+// that the traces differ only in sizes. fit_free_dims is the same fit over
+// any way of tracing (hybridize traces whole training steps with it).
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,7 @@ struct InputExample {
   Shape shape;
   DType dtype = DType::kFloat32;
   Device device = Device::cpu();
+  bool requires_grad = false;  // The probes' zeros require grad too.
 };
 
 struct SymbolicTrace {
@@ -46,6 +49,24 @@ struct SymbolicTrace {
 SymbolicTrace trace_symbolic(
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
     const std::vector<InputExample>& example, const FreeDims& free, const std::string& what);
+
+// One call of a function traced: its graph and the tensor of each of the
+// graph's state inputs, in order (trace::Trace's).
+struct TracedCall {
+  trace::Graph graph;
+  std::vector<Tensor> state;
+};
+using TraceAt = std::function<TracedCall(const std::vector<Tensor>& inputs)>;
+
+// Traces at each probe point of `free` (zeros of its shapes, in plan
+// order; the first point, the example's own sizes, not again when
+// `at_example` gives its call) and fits the graphs. Throws as
+// trace_symbolic, the first trace's own errors unchanged, and for a state
+// input whose tensor holds other values at other sizes (a scalar made on
+// the host from a size, such as a mean's count): one graph cannot follow it.
+SymbolicTrace fit_free_dims(const TraceAt& trace_at, const std::vector<InputExample>& example,
+                            const FreeDims& free, const std::string& what,
+                            std::optional<TracedCall> at_example = std::nullopt);
 
 // The data shapes at one probe point.
 std::vector<Shape> shapes_at(const SymbolicTrace& t, const trace::SymbolValues& values);

@@ -97,10 +97,11 @@ ProbePlan plan_probes(const SymbolValues& example);
 SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph> graphs,
                                    absl::Span<const std::string> sources);
 
-// The values of the free dimensions that `data_shapes` (one per data input,
-// in order) give. Throws tandem::Error naming the input and the axis for a
-// rank or fixed size that differs from `graph`'s, or a name two inputs give
-// two values.
+// The values of the free dimensions that `data_shapes` give: one per data
+// input, in order, though trailing inputs whose sizes follow from the
+// others' (a traced backward's seed) may be left out. Throws tandem::Error
+// naming the input and the axis for a rank or fixed size that differs from
+// `graph`'s, or a name two inputs give two values.
 SymbolValues bind_symbols(const Graph& graph, const SymbolicShapes& symbolic,
                           absl::Span<const Shape> data_shapes);
 

@@ -43,7 +43,11 @@ Tensor BatchNorm::forward(const Tensor& x) {
     NoGradGuard no_grad;
     const int64_t n = x.numel() / options_.num_features;
     const double m = options_.momentum;
-    const Tensor unbiased = n > 1 ? mul(out[2], static_cast<double>(n) / (n - 1), where) : out[2];
+    // n / (n - 1) from an op holding n, not a scalar computed here: a trace
+    // then follows n when the batch is free (Note [One trace for every size]
+    // in eager/hybridize.cc). batch_norm refuses n = 1 in training.
+    const Tensor count = full({}, static_cast<double>(n), x.dtype(), x.device(), where);
+    const Tensor unbiased = mul(out[2], div(count, sub(count, 1.0, where), where), where);
     running_mean_.assign_(add(mul(running_mean_, 1 - m, where), mul(out[1], m, where), where),
                           where);
     running_var_.assign_(add(mul(running_var_, 1 - m, where), mul(unbiased, m, where), where),

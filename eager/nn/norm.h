@@ -12,7 +12,7 @@
 //   running_mean = (1 - momentum) running_mean + momentum mean
 //   running_var  = (1 - momentum) running_var  + momentum var * n / (n - 1)
 // where n is the number of values per channel (N H W); the unbiased variance
-// is what PyTorch keeps (for n = 1 the biased one is used). In eval mode it
+// is what PyTorch keeps (n = 1 is an Error in training, as there). In eval mode it
 // normalizes with running_mean and running_var and changes nothing.
 // Parameters (when `affine`): "weight" [C] (ones) and "bias" [C] (zeros);
 // buffers: "running_mean" [C] (zeros) and "running_var" [C] (ones).

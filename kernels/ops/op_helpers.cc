@@ -20,6 +20,15 @@ Tensor zeros(const Shape& shape, DType dtype, Device device, std::source_locatio
                       fallback);
 }
 
+Tensor size_scalar(int64_t size, DType dtype, Device device, std::source_location fallback) {
+  return nested_call1(full_op(), {},
+                      {{"shape", std::vector<int64_t>{}},
+                       {"dtype", dtype},
+                       {"device", device.to_string()},
+                       {"value", static_cast<double>(size)}},
+                      fallback);
+}
+
 Tensor zeros_like(const Tensor& t, std::source_location fallback) {
   return zeros(t.shape(), t.dtype(), t.device(), fallback);
 }

@@ -52,6 +52,13 @@ inline std::vector<Tensor> nested_call(
 Tensor zeros(const Shape& shape, DType dtype, Device device,
              std::source_location fallback = std::source_location::current());
 
+// A 0-d tensor holding `size`, a count computed from shapes (the elements a
+// mean averages), made by the "full" op: a trace then records it as a node
+// whose value follows the model's free dimensions (trace/symbolic_shapes.h),
+// where a scalar made on the host would be frozen at the traced sizes.
+Tensor size_scalar(int64_t size, DType dtype, Device device,
+                   std::source_location fallback = std::source_location::current());
+
 // Zeros of t's shape, dtype and device (a gradient's starting point).
 Tensor zeros_like(const Tensor& t, std::source_location fallback = std::source_location::current());
 

@@ -262,11 +262,9 @@ std::vector<Tensor> sum_gradient(const GradContext& c) {
 
 std::vector<Tensor> mean_gradient(const GradContext& c) {
   const Tensor& x = c.inputs[0];
-  double count = x.numel() == 0
-                     ? 1
-                     : static_cast<double>(x.numel() / std::max<int64_t>(c.outputs[0].numel(), 1));
+  const int64_t count = x.numel() == 0 ? 1 : x.numel() / std::max<int64_t>(c.outputs[0].numel(), 1);
   return {nested_call1(op_def<elementwise::Div>(), {expand_back(c.grad_outputs[0], x, c.attrs),
-                                                    scalar_tensor(count, x.dtype())})};
+                                                    size_scalar(count, x.dtype(), x.device())})};
 }
 
 // d prod / dx_i = the product of the others: along the reduced axes, moved
@@ -336,12 +334,13 @@ std::vector<Tensor> var_gradient(const GradContext& c) {
   std::vector<int64_t> x_dims(x.shape().begin(), x.shape().end());
   Tensor centered = nested_call1(op_def<elementwise::Sub>(),
                                  {x, nested_call1(expand_op(), {mean}, {{"shape", x_dims}})});
-  double count = static_cast<double>(x.numel() / std::max<int64_t>(c.outputs[0].numel(), 1));
-  double scale = 2.0 / (count - static_cast<double>(c.attrs.get_int("correction")));
-  return {nested_call1(
-      op_def<elementwise::Mul>(),
-      {expand_back(c.grad_outputs[0], x, c.attrs),
-       nested_call1(op_def<elementwise::Mul>(), {centered, scalar_tensor(scale, x.dtype())})})};
+  const int64_t count = x.numel() / std::max<int64_t>(c.outputs[0].numel(), 1);
+  const Tensor twice =
+      nested_call1(op_def<elementwise::Mul>(), {centered, scalar_tensor(2, x.dtype())});
+  const Tensor divisor = size_scalar(count - c.attrs.get_int("correction"), x.dtype(), x.device());
+  return {nested_call1(op_def<elementwise::Mul>(),
+                       {expand_back(c.grad_outputs[0], x, c.attrs),
+                        nested_call1(op_def<elementwise::Div>(), {twice, divisor})})};
 }
 
 std::vector<AttrSpec> reduce_attrs() {

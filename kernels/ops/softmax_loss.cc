@@ -335,13 +335,14 @@ void mse_kernel(const KernelContext& c) {
 // d/da = 2 (a - b) g (/ numel for the mean); d/db = -d/da.
 std::vector<Tensor> mse_gradient(const GradContext& c) {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
-  double scale =
-      reduction_of(c.attrs) == Reduction::kMean ? 2.0 / static_cast<double>(a.numel()) : 2.0;
-  Tensor grad_a = nested_call1(
-      op_def<elementwise::Mul>(),
-      {c.grad_outputs[0],
-       nested_call1(op_def<elementwise::Mul>(), {nested_call1(op_def<elementwise::Sub>(), {a, b}),
-                                                 scalar_tensor(scale, a.dtype())})});
+  Tensor scaled =
+      nested_call1(op_def<elementwise::Mul>(),
+                   {nested_call1(op_def<elementwise::Sub>(), {a, b}), scalar_tensor(2, a.dtype())});
+  if (reduction_of(c.attrs) == Reduction::kMean) {
+    scaled = nested_call1(op_def<elementwise::Div>(),
+                          {scaled, size_scalar(a.numel(), a.dtype(), a.device())});
+  }
+  Tensor grad_a = nested_call1(op_def<elementwise::Mul>(), {c.grad_outputs[0], scaled});
   return {grad_a, nested_call1(op_def<elementwise::Mul>(), {grad_a, scalar_tensor(-1, a.dtype())})};
 }
 

@@ -14,7 +14,8 @@
 //                      every parameter and of the input
 //   train_sgd          a hybridized whole training step, SGD with momentum:
 //   train_adam         the loss of each step and the final weights and buffers
-//                      (Adam's likewise)
+//                      (Adam's likewise); the batch is free and odd steps take
+//                      one more sample, served by the first trace
 //   export             export_model then tandem::load, at both batch sizes
 //   reoptimize         the exported graph optimized again, as a loader that
 //                      optimizes a second time would, against the exported one
