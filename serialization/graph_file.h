@@ -34,7 +34,7 @@ namespace tandem::serialization {
 // The format this build writes; it reads any 1.x (a newer minor version may
 // add fields, which are then ignored).
 inline constexpr int kGraphFormatMajor = 1;
-inline constexpr int kGraphFormatMinor = 3;
+inline constexpr int kGraphFormatMinor = 4;
 
 // What a graph input is, in the file's signature.
 enum class InputRole { kData, kParameter, kBuffer, kConstant };

@@ -12,11 +12,22 @@
 
 #include "core/error.h"
 #include "kernels/known_ops.h"
+#include "trace/size_search.h"
 
 namespace tandem::trace {
 namespace {
 
 constexpr size_t kMaxSymbols = 4;
+
+// How far past the example a sweep of each free dimension goes.
+constexpr int64_t kSweepBeyond = 16;
+
+// The last size a sweep of `name` visits: kSweepBeyond past the example,
+// or twice the example if that is more.
+int64_t sweep_end(const ProbePlan& plan, const std::string& name) {
+  const int64_t example = plan.points[0].at(name);
+  return std::max(example + kSweepBeyond, 2 * example);
+}
 
 // "node 5 (reshape in 'encoder.0', traced at model.cc:12)".
 std::string node_text(const Graph& graph, size_t n, absl::Span<const std::string> sources) {
@@ -71,9 +82,10 @@ std::optional<SizeExpr> fit(const ProbePlan& plan, absl::Span<const int64_t> num
       seen.push_back(str_cat(numbers[i], " at ", values_text(plan.points[i])));
     }
     throw Error(str_cat(what, " is ", absl::StrJoin(seen, ", "),
-                        ": no sum of products of the free dimensions gives that, so this graph "
-                        "cannot follow them (fix the dimension, or compute the size from the "
-                        "input's shape with + and * only)"));
+                        ": no sum of products of the free dimensions (or of floor divisions "
+                        "of them, for an op's output) gives that, so this graph cannot follow "
+                        "them (fix the dimension, or compute the size from the input's shape "
+                        "with + and * only)"));
   }
   return poly;
 }
@@ -149,9 +161,11 @@ void check_same_structure(const ProbePlan& plan, absl::Span<const Graph> graphs,
 // A slice of a fixed-size axis by a free bound (positional encodings:
 // table[0:seq]) is only what the trace saw while the bound fits the axis;
 // past it the slice would clamp.
-void find_slice_limits(const Graph& graph, SymbolicShapes& symbolic) {
+// Adds those of node `n`.
+void find_slice_limits(const Graph& graph, SymbolicShapes& symbolic, size_t n) {
   for (const SymbolicAttr& attr : symbolic.attrs) {
-    const Node& node = graph.nodes[static_cast<size_t>(attr.node)];
+    if (attr.node != static_cast<int>(n)) continue;
+    const Node& node = graph.nodes[n];
     if (node.op != &kernels::slice_op() || (attr.attr != "begin" && attr.attr != "end")) continue;
     const Shape& in = graph.value(node.inputs[0]).shape;
     int64_t axis = node.attrs.get_int("axis");
@@ -206,10 +220,157 @@ Graph reinfer(const Graph& graph, absl::Span<const Shape> data_shapes,
   return out;
 }
 
+// The expression of dimension `axis` of node output `id`, from what shape
+// inference gives at many sizes (trace/size_search.h); nullopt if none is
+// found. Defined below, with instantiation.
+std::optional<SizeExpr> derive_dim(const ProbePlan& plan, const Graph& graph,
+                                   const SymbolicShapes& symbolic,
+                                   absl::Span<const std::string> sources, ValueId id, int axis);
+
+// Sets the expression of dimension `axis` of `id`.
+void set_dim(SymbolicShapes& symbolic, ValueId id, int axis, SizeExpr size) {
+  auto it = std::lower_bound(symbolic.dims.begin(), symbolic.dims.end(), std::pair(id, axis),
+                             [](const SymbolicDim& d, const std::pair<ValueId, int>& key) {
+                               return std::pair(d.value, d.axis) < key;
+                             });
+  if (it != symbolic.dims.end() && it->value == id && it->axis == axis) {
+    it->size = std::move(size);
+  } else {
+    symbolic.dims.insert(it, {id, axis, std::move(size)});
+  }
+}
+
+// A reshape keeps the number of elements. An element of its target that
+// the grid saw fixed may still follow a dimension that moves in steps
+// (reshape back to [n, c, length] after a stride-3 convolution: the length
+// is 3 at the three lengths the grid traces). Where the target's product
+// then differs from the input's at some size, the target is aligned with
+// the input's dimensions in order, each element the product of a run of
+// them (equal to the element at every probe), and fixed elements whose run
+// moves take the run's expression. Returns whether one did.
+// `unfitted` marks the elements no polynomial gave (they vary at the
+// probes), which must take a run's expression; `at_probe[e][p]` is element
+// e at plan point p.
+bool reconcile_reshape(const ProbePlan& plan, const Graph& graph, SymbolicShapes& symbolic,
+                       size_t n, const std::vector<bool>& unfitted,
+                       const std::vector<std::vector<int64_t>>& at_probe) {
+  const Node& node = graph.nodes[n];
+  if (node.op != &kernels::reshape_op()) return false;
+  const ValueId in = node.inputs[0];
+  const Shape& in_shape = graph.value(in).shape;
+  const int rank = in_shape.rank();
+  const std::vector<int64_t>& target = node.attrs.get_ints("shape");
+  const auto element = [&](size_t e) -> SizeExpr {
+    for (const SymbolicAttr& a : symbolic.attrs) {
+      if (a.node == static_cast<int>(n) && a.attr == "shape" && a.element == static_cast<int>(e)) {
+        return a.size;
+      }
+    }
+    return SizeExpr::constant(target[e]);
+  };
+  const auto run = [&](int first, int end) {
+    SizeExpr product = SizeExpr::constant(1);
+    for (int a = first; a < end; ++a) {
+      const SizeExpr* size = symbolic.dim(in, a);
+      product = product * (size ? *size : SizeExpr::constant(in_shape[a]));
+    }
+    return product;
+  };
+  const auto equal_at = [](const SizeExpr& x, const SizeExpr& y,
+                           const std::vector<SymbolValues>& points) {
+    try {
+      for (const SymbolValues& values : points) {
+        if (x.evaluate(values, "a reshape") != y.evaluate(values, "a reshape")) return false;
+      }
+    } catch (const Error&) {
+      return false;
+    }
+    return true;
+  };
+  std::vector<SymbolValues> swept;
+  for (const std::string& name : plan.symbols) {
+    for (int64_t size = 1; size <= sweep_end(plan, name); ++size) {
+      swept.push_back(plan.points[0]);
+      swept.back()[name] = size;
+    }
+  }
+  std::vector<SizeExpr> elements;
+  SizeExpr target_product = SizeExpr::constant(1);
+  for (size_t e = 0; e < target.size(); ++e) {
+    elements.push_back(element(e));
+    target_product = target_product * elements.back();
+  }
+  const bool must = std::find(unfitted.begin(), unfitted.end(), true) != unfitted.end();
+  if (target.empty() || (!must && equal_at(target_product, run(0, rank), swept))) return false;
+  // Whether run [first, end) is element e at every probe.
+  const auto is_element = [&](int first, int end, size_t e) {
+    const SizeExpr product = run(first, end);
+    try {
+      for (size_t p = 0; p < plan.points.size(); ++p) {
+        if (product.evaluate(plan.points[p], "a reshape") != at_probe[e][p]) return false;
+      }
+    } catch (const Error&) {
+      return false;
+    }
+    return true;
+  };
+
+  // Every alignment, element by element (the run [starts[e], starts[e +
+  // 1])), and what each gives the fixed elements. Dimensions of size 1 can
+  // make several: then which element follows which dimension is not known
+  // (the caller refuses the reshape) unless they all say the same.
+  std::vector<int> starts{0};
+  std::optional<std::vector<SymbolicAttr>> found;
+  bool ambiguous = false;
+  const auto same = [](const std::vector<SymbolicAttr>& x, const std::vector<SymbolicAttr>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].element != y[i].element || !(x[i].size == y[i].size)) return false;
+    }
+    return true;
+  };
+  const std::function<void(size_t)> align = [&](size_t e) {
+    const int first = starts.back();
+    if (e == target.size()) {
+      if (first != rank) return;
+      std::vector<SymbolicAttr> added;
+      SizeExpr aligned_product = SizeExpr::constant(1);
+      for (size_t k = 0; k < target.size(); ++k) {
+        SizeExpr size = run(starts[k], starts[k + 1]);
+        aligned_product = aligned_product * size;
+        if ((unfitted[k] || elements[k].is_constant()) && !size.is_constant()) {
+          added.push_back({static_cast<int>(n), "shape", static_cast<int>(k), std::move(size)});
+        }
+      }
+      if (added.empty() || !equal_at(aligned_product, run(0, rank), swept)) return;
+      for (size_t k = 0; k < target.size(); ++k) {
+        const bool assigned = std::any_of(added.begin(), added.end(), [&](const SymbolicAttr& a) {
+          return a.element == static_cast<int>(k);
+        });
+        if (unfitted[k] && !assigned) return;
+      }
+      if (found && !same(*found, added)) ambiguous = true;
+      found = std::move(added);
+      return;
+    }
+    for (int end = first; end <= rank; ++end) {
+      if (end == first && target[e] != 1) continue;
+      if (!is_element(first, end, e)) continue;
+      starts.push_back(end);
+      align(e + 1);
+      starts.pop_back();
+    }
+  };
+  align(0);
+  if (!found || ambiguous) return false;
+  symbolic.attrs.insert(symbolic.attrs.end(), found->begin(), found->end());
+  return true;
+}
+
 // Throws unless the fitted shapes hold at sizes the grid did not visit
-// (defined below, with instantiation).
-void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph,
-                           const SymbolicShapes& symbolic, absl::Span<const std::string> sources);
+// (defined below).
+void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph, SymbolicShapes& symbolic,
+                           absl::Span<const std::string> sources);
 
 }  // namespace
 
@@ -279,6 +440,12 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
   // the dimensions was made by host code the graph cannot rerun.
   std::vector<bool> is_state(g0.values.size(), false);
   for (const GraphInput& input : g0.inputs) is_state[input.value] = input.kind != InputKind::kData;
+  struct InSteps {
+    ValueId id;
+    int axis;
+    std::string why_not_a_polynomial;
+  };
+  std::vector<InSteps> in_steps;
 
   for (size_t v = 0; v < g0.values.size(); ++v) {
     const ValueId id = static_cast<ValueId>(v);
@@ -289,7 +456,16 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
                                    ? str_cat("dimension ", a, " of the output of ",
                                              node_text(g0, static_cast<size_t>(node), sources))
                                    : str_cat("dimension ", a, " of graph input ", id);
-      std::optional<SizeExpr> size = fit(plan, numbers, what);
+      std::optional<SizeExpr> size;
+      try {
+        size = fit(plan, numbers, what);
+      } catch (const Error& e) {
+        // An op's output may move in steps (a floor division), which shape
+        // inference tells once the attributes are fitted.
+        if (node < 0) throw;
+        in_steps.push_back({id, a, e.message()});
+        continue;
+      }
       if (!size) continue;
       if (is_state[v]) {
         std::string name;
@@ -309,6 +485,12 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
 
   for (size_t n = 0; n < g0.nodes.size(); ++n) {
     const auto& items = g0.nodes[n].attrs.items();
+    // A reshape's target elements no polynomial gave, and the first error.
+    std::vector<bool> reshape_unfitted;
+    std::optional<std::string> reshape_error;
+    if (g0.nodes[n].op == &kernels::reshape_op()) {
+      reshape_unfitted.assign(g0.nodes[n].attrs.get_ints("shape").size(), false);
+    }
     for (size_t k = 0; k < items.size(); ++k) {
       const auto& [name, value] = items[k];
       const std::string what = str_cat("attribute '", name, "' of ", node_text(g0, n, sources));
@@ -346,15 +528,43 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
           for (size_t p = 0; p < graphs.size(); ++p) {
             numbers[p] = std::get<std::vector<int64_t>>(attr_of(p))[e];
           }
-          if (auto size = fit(plan, numbers, str_cat(what, " (element ", e, ")"))) {
+          std::optional<SizeExpr> size;
+          try {
+            size = fit(plan, numbers, str_cat(what, " (element ", e, ")"));
+          } catch (const Error& error) {
+            // A reshape back after an op whose output moves in steps:
+            // reconcile_reshape below gives it the input's expression.
+            if (g0.nodes[n].op != &kernels::reshape_op()) throw;
+            reshape_unfitted[e] = true;
+            if (!reshape_error) reshape_error = error.message();
+          }
+          if (size) {
             symbolic.attrs.push_back(
                 {static_cast<int>(n), name, static_cast<int>(e), std::move(*size)});
           }
         }
       }
     }
+    find_slice_limits(g0, symbolic, n);
+    if (g0.nodes[n].op == &kernels::reshape_op()) {
+      const size_t count = g0.nodes[n].attrs.get_ints("shape").size();
+      std::vector<std::vector<int64_t>> at_probe(count);
+      for (size_t e = 0; e < count; ++e) {
+        for (const Graph& g : graphs) at_probe[e].push_back(g.nodes[n].attrs.get_ints("shape")[e]);
+      }
+      if (!reconcile_reshape(plan, g0, symbolic, n, reshape_unfitted, at_probe) && reshape_error) {
+        throw Error(std::move(*reshape_error));
+      }
+    }
+    // This node's outputs that move in steps, now that its attributes (and
+    // those of the nodes before it) are known.
+    for (InSteps& d : in_steps) {
+      if (g0.value(d.id).node != static_cast<int>(n)) continue;
+      std::optional<SizeExpr> size = derive_dim(plan, g0, symbolic, sources, d.id, d.axis);
+      if (!size) throw Error(std::move(d.why_not_a_polynomial));
+      set_dim(symbolic, d.id, d.axis, std::move(*size));
+    }
   }
-  find_slice_limits(g0, symbolic);
   check_beyond_the_grid(plan, g0, symbolic, sources);
   return symbolic;
 }
@@ -463,22 +673,49 @@ std::optional<std::string> value_mismatch(const Graph& graph, const SymbolicShap
                  symbolic.shape_text(graph, id));
 }
 
-// How far past the example a sweep of each free dimension goes.
-constexpr int64_t kSweepBeyond = 16;
+std::optional<SizeExpr> derive_dim(const ProbePlan& plan, const Graph& graph,
+                                   const SymbolicShapes& symbolic,
+                                   absl::Span<const std::string> sources, ValueId id, int axis) {
+  const int node = graph.value(id).node;
+  TANDEM_INTERNAL_ASSERT(node >= 0, "a derived size is a node's output");
+  struct Found {};
+  const SizeOracle size_at = [&](const SymbolValues& values) -> std::optional<int64_t> {
+    std::optional<int64_t> size;
+    std::vector<ValueId> renumber;
+    try {
+      for (const SizeLimit& limit : symbolic.limits) {
+        if (limit.size.evaluate(values, "a limit") > limit.max) return std::nullopt;
+      }
+      infer_at(graph, symbolic, values, sources, renumber, [&](size_t n, const Graph& out) {
+        if (n != static_cast<size_t>(node)) return;
+        size = out.value(renumber[id]).shape[axis];
+        throw Found{};
+      });
+    } catch (const Found&) {
+    } catch (const Error&) {
+    }
+    return size;
+  };
+  SymbolValues last;
+  for (const std::string& name : plan.symbols) last[name] = sweep_end(plan, name);
+  return search_size(size_at, plan.points[0], last);
+}
 
 // A size can look fixed over the grid and not be (a floor division: a
 // stride-3 pool's output is the same at three neighbouring lengths), and
 // the grid's check point only catches what moves there. So each free
-// dimension is swept alone, from 1 to kSweepBeyond past the example (twice
-// the example if that is more), with the graph inferred again at each
-// size (no tracing): sizes its ops refuse or a limit excludes are skipped,
-// as eager code would refuse them too; a shape other than the fitted one is
-// an Error.
-void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph,
-                           const SymbolicShapes& symbolic, absl::Span<const std::string> sources) {
+// dimension is swept alone, from 1 to sweep_end, with the graph inferred
+// again at each size (no tracing): sizes its ops refuse or a limit
+// excludes are skipped, as eager code would refuse them too. A shape other
+// than the fitted one is an Error: a size the grid saw fixed may have fed
+// attributes the model's code computed from it (an upsampling's output
+// size), which the grid then also saw fixed, so no expression found for
+// the size alone would make the graph follow. (A reshape, which keeps the
+// number of elements, is the exception: reconcile_reshape.)
+void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph, SymbolicShapes& symbolic,
+                           absl::Span<const std::string> sources) {
   for (const std::string& name : plan.symbols) {
-    const int64_t example = plan.points[0].at(name);
-    const int64_t last = std::max(example + kSweepBeyond, 2 * example);
+    const int64_t last = sweep_end(plan, name);
     for (int64_t size = 1; size <= last; ++size) {
       SymbolValues values = plan.points[0];
       values[name] = size;
@@ -492,7 +729,9 @@ void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph,
       struct Found {};
       std::optional<std::string> mismatch;
       std::vector<ValueId> renumber;
+      size_t inferred = 0;  // Nodes inferred at this size.
       const auto check_node = [&](size_t n, const Graph& out) {
+        inferred = n + 1;
         for (ValueId id : graph.nodes[n].outputs) {
           mismatch =
               value_mismatch(graph, symbolic, values, id, out.value(renumber[id]).shape, sources);
@@ -502,8 +741,39 @@ void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph,
       try {
         infer_at(graph, symbolic, values, sources, renumber, check_node);
       } catch (const Found&) {
-      } catch (const Error&) {
-        continue;
+      } catch (const Error& e) {
+        // A reshape to a size the grid saw fixed, of an input whose size
+        // was found to move: its target follows; this size again. Model
+        // code reshapes to sizes it reads off shapes, so a reshape that
+        // cannot follow is this graph's failure, not the model's.
+        if (inferred < graph.nodes.size() && graph.nodes[inferred].op == &kernels::reshape_op()) {
+          const size_t count = graph.nodes[inferred].attrs.get_ints("shape").size();
+          std::vector<std::vector<int64_t>> at_probe(count);
+          for (size_t e = 0; e < count; ++e) {
+            const SizeExpr* fitted = nullptr;
+            for (const SymbolicAttr& a : symbolic.attrs) {
+              if (a.node == static_cast<int>(inferred) && a.attr == "shape" &&
+                  a.element == static_cast<int>(e)) {
+                fitted = &a.size;
+              }
+            }
+            for (const SymbolValues& point : plan.points) {
+              at_probe[e].push_back(fitted ? fitted->evaluate(point, "a reshape")
+                                           : graph.nodes[inferred].attrs.get_ints("shape")[e]);
+            }
+          }
+          if (reconcile_reshape(plan, graph, symbolic, inferred, std::vector<bool>(count, false),
+                                at_probe)) {
+            --size;
+            continue;
+          }
+          throw Error(str_cat("at ", values_text(values), ", ", e.message(),
+                              "; its target, traced at ", values_text(plan.points[0]),
+                              " and near it, does not follow ", name,
+                              " (a size read off a shape that moves in steps), so no one graph "
+                              "follows it"));
+        }
+        continue;  // Sizes the model's ops refuse, as eager code would.
       }
       if (mismatch) {
         throw Error(str_cat("at ", values_text(values), ", ", *mismatch,

@@ -65,6 +65,13 @@ std::shared_ptr<nn::Module> small_encoder() {
           {.d_model = 8, .nhead = 2, .dim_feedforward = 16, .dropout = 0.0, .causal = true}));
 }
 
+// Two strided 1-d convolutions over a free length: sizes that are floor
+// divisions of it.
+std::shared_ptr<nn::Module> small_strided() {
+  return std::make_shared<nn::Sequential>(nn::Conv1d(2, 4, 3, 2, 1), nn::ReLU(),
+                                          nn::Conv1d(4, 3, 3, 3));
+}
+
 void PrintTo(const Golden& golden, std::ostream* out) { *out << golden.name; }
 
 const std::vector<Golden>& goldens() {
@@ -96,6 +103,9 @@ const std::vector<Golden>& goldens() {
        {2, 5, 4},
        {{"input0", {{0, "batch"}, {1, "seq"}}}},
        {1, 3, 4}},
+      // 1.4: floor divisions in size expressions.
+      {"cnn_v1_4", small_cnn, {2, 1, 8, 8}},
+      {"strided_v1_4", small_strided, {2, 2, 12}, {{"input0", {{0, "batch"}, {2, "len"}}}}},
   };
   return all;
 }

@@ -1,16 +1,21 @@
-// SizeExpr: the polynomials free dimensions' sizes are written in, read
-// from files that may be hostile (trace/size_expr.h); and the probe plan.
+// SizeExpr: the expressions free dimensions' sizes are written in, read
+// from files that may be hostile (trace/size_expr.h); the search for floor
+// divisions (trace/size_search.h); and the probe plan.
 #include "trace/size_expr.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include "core/error.h"
 #include "tests/error_of.h"
+#include "trace/size_search.h"
 #include "trace/symbolic_shapes.h"
 
 namespace tandem::trace {
@@ -43,6 +48,91 @@ TEST(SizeExpr, ReadsWritesAndEvaluatesPolynomials) {
             (std::vector<std::string>{"batch", "seq"}));
 }
 
+// Verifies floor divisions against a loop of floor(e / d) over many values,
+// their canonical form (what the divisor divides moved out, so that
+// equal divisions print alike) and the round trip through text.
+TEST(SizeExpr, FloorDivisionsAgreeWithALoop) {
+  const SizeExpr seq = SizeExpr::symbol("seq");
+  const SizeExpr batch = SizeExpr::symbol("batch");
+  struct Case {
+    SizeExpr e;
+    std::string canonical;
+    int64_t (*reference)(int64_t batch, int64_t seq);
+  };
+  auto floor_of = [](int64_t a, int64_t d) {
+    return static_cast<int64_t>(std::floor(static_cast<double>(a) / static_cast<double>(d)));
+  };
+  static decltype(floor_of) f = floor_of;
+  const std::vector<Case> cases = {
+      {SizeExpr::floor_div(seq + SizeExpr::constant(-1), 2) + SizeExpr::constant(1),
+       "floordiv(seq + 1, 2)", [](int64_t, int64_t s) { return f(s - 1, 2) + 1; }},
+      {SizeExpr::floor_div(SizeExpr::constant(3) * seq + SizeExpr::constant(7), 2),
+       "floordiv(seq + 1, 2) + seq + 3", [](int64_t, int64_t s) { return f(3 * s + 7, 2); }},
+      {batch * SizeExpr::floor_div(seq, 4), "batch*floordiv(seq, 4)",
+       [](int64_t b, int64_t s) { return b * f(s, 4); }},
+      {SizeExpr::floor_div(SizeExpr::floor_div(seq + SizeExpr::constant(-3), 2), 3),
+       "floordiv(floordiv(seq + 1, 2) + 1, 3) - 1",
+       [](int64_t, int64_t s) { return f(f(s - 3, 2), 3); }},
+      {SizeExpr::floor_div(SizeExpr::constant(4) * seq, 2), "2*seq",
+       [](int64_t, int64_t s) { return 2 * s; }},
+      {SizeExpr::floor_div(SizeExpr::constant(-7), 2), "-4",
+       [](int64_t, int64_t) { return int64_t{-4}; }},
+      {SizeExpr::floor_div(seq, 1), "seq", [](int64_t, int64_t s) { return s; }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.canonical);
+    EXPECT_EQ(c.e.to_string(), c.canonical);
+    const SizeExpr read = SizeExpr::parse(c.e.to_string(), "test");
+    EXPECT_EQ(read, c.e);
+    for (int64_t b = 0; b <= 3; ++b) {
+      for (int64_t s = -9; s <= 40; ++s) {
+        EXPECT_EQ(read.evaluate({{"batch", b}, {"seq", s}}, "test"), c.reference(b, s))
+            << "batch " << b << ", seq " << s;
+      }
+    }
+  }
+  EXPECT_EQ(SizeExpr::parse("floordiv(2*seq + batch, 3)", "t").symbols(),
+            (std::vector<std::string>{"batch", "seq"}));
+  EXPECT_EQ(SizeExpr::parse("floordiv(seq, 2)", "t").as_symbol(), "");
+  EXPECT_EQ(SizeExpr::parse("floordiv( seq + 5 , 2 )", "t").to_string(),
+            "floordiv(seq + 1, 2) + 2");
+  // A dimension may still be called floordiv.
+  EXPECT_EQ(SizeExpr::parse("floordiv + 1", "t").evaluate({{"floordiv", 2}}, "t"), 3);
+}
+
+// Verifies that the search finds a strided output's length times a batch
+// (skipping sizes the oracle refuses), a stack of two strides, and nothing
+// for a size of no such form.
+TEST(SizeSearch, FindsFloorDivisionsAndNothingElse) {
+  const SymbolValues example{{"batch", 3}, {"len", 20}}, last{{"batch", 16}, {"len", 40}};
+  const auto strided = [](const SymbolValues& at) -> std::optional<int64_t> {
+    const int64_t len = at.at("len");
+    if (len < 3) return std::nullopt;  // The kernel is wider than the input.
+    return at.at("batch") * ((len - 3) / 2 + 1);
+  };
+  std::optional<SizeExpr> found = search_size(strided, example, last);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->to_string(), "batch*floordiv(len + 1, 2) - batch");
+  const auto stack = [](const SymbolValues& at) -> std::optional<int64_t> {
+    const int64_t first = (at.at("len") + 2 - 3) / 2 + 1;
+    return first < 5 ? std::nullopt : std::optional<int64_t>((first - 5) / 3 + 1);
+  };
+  found = search_size(stack, example, last);
+  ASSERT_TRUE(found.has_value());
+  for (int64_t len = 9; len <= 40; ++len) {
+    EXPECT_EQ(found->evaluate({{"batch", 1}, {"len", len}}, "t"),
+              *stack({{"batch", 1}, {"len", len}}));
+  }
+  const auto square = [](const SymbolValues& at) -> std::optional<int64_t> {
+    return at.at("len") * at.at("len");
+  };
+  EXPECT_FALSE(search_size(square, example, last).has_value());
+  const auto by_parity = [](const SymbolValues& at) -> std::optional<int64_t> {
+    return at.at("len") % 2 == 0 ? at.at("len") : 1;
+  };
+  EXPECT_FALSE(search_size(by_parity, example, last).has_value());
+}
+
 TEST(SizeExpr, RefusesBadTextWithThePosition) {
   EXPECT_THAT(error_of([] { SizeExpr::parse("seq +", "in the file"); }),
               HasSubstr("in the file: bad size expression 'seq +' at byte 5: expected a number"));
@@ -58,6 +148,19 @@ TEST(SizeExpr, RefusesBadTextWithThePosition) {
   EXPECT_THAT(error_of([] { SizeExpr::parse("a*a*a*a*a*a*a*a*a", "f"); }),
               HasSubstr("more than 8 names"));
   EXPECT_THAT(error_of([&] { SizeExpr::parse(many, "f"); }), HasSubstr("more than 64 terms"));
+  EXPECT_THAT(error_of([] { SizeExpr::parse("floordiv(seq, 0)", "f"); }),
+              HasSubstr("at byte 15: floordiv's divisor must be at least 1"));
+  EXPECT_THAT(error_of([] { SizeExpr::parse("floordiv(seq)", "f"); }),
+              HasSubstr("expected ',' and floordiv's divisor"));
+  EXPECT_THAT(error_of([] { SizeExpr::parse("floordiv(seq, n)", "f"); }),
+              HasSubstr("expected floordiv's divisor, a positive integer"));
+  EXPECT_THAT(error_of([] { SizeExpr::parse("floordiv(seq, 2", "f"); }),
+              HasSubstr("expected ')' after floordiv's divisor"));
+  std::string deep = "seq";
+  for (int i = 0; i < 9; ++i) deep = "floordiv(" + deep + " + 1, 2)";
+  EXPECT_THAT(error_of([&] { SizeExpr::parse(deep, "f"); }), HasSubstr("nest more than 8 deep"));
+  EXPECT_THAT(error_of([] { SizeExpr::floor_div(SizeExpr::symbol("n"), -2); }),
+              HasSubstr("a divisor must be at least 1"));
 }
 
 TEST(SizeExpr, OverflowIsAnErrorNeverAWrap) {
