@@ -623,6 +623,13 @@ void HybridFunction::Impl::fit_family(Recording example, const Signature& signat
     manual_seed(random_before);
     std::vector<Tensor> outputs;
     Recording probe = record(probe_inputs, &outputs);
+    // The ops ran on zeros at sizes the model may refuse only at run time
+    // (an index past a table): the failure belongs to this probe.
+    for (const Tensor& output : outputs) output.wait_to_read();
+    for (const trace::StateWrite& write : probe.state_writes) write.target.wait_to_read();
+    for (const CachedGraph::GradWrite& write : probe.grad_writes) {
+      if (const Tensor grad = write.parameter.grad(); grad.defined()) grad.wait_to_read();
+    }
     // What this run touched that the traced call did not (a family then
     // fails to fit, as the two took different paths) held its data before.
     for (const auto& [tensor, data] : probe.captured) {
@@ -1104,7 +1111,9 @@ void HybridFunction::export_model(const std::string& path,
   if (options.check) {
     std::vector<std::vector<Shape>> other_shapes;
     if (traced.plan.points.size() > 1) {
-      other_shapes.push_back(shapes_at(traced, traced.plan.points.back()));
+      // The first check point: near the example, where the model runs.
+      other_shapes.push_back(
+          shapes_at(traced, traced.plan.points[traced.plan.first_extra_check() - 1]));
     }
     check_export(
         [&](const std::string& trial) {

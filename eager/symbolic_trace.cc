@@ -128,6 +128,10 @@ SymbolicTrace fit_free_dims(const TraceAt& trace_at, const std::vector<InputExam
       calls.push_back(trace_at(inputs));
     } catch (const Error& e) {
       if (calls.empty()) throw;
+      if (p >= out.plan.first_extra_check()) {  // Sizes the model refuses: not a check.
+        out.plan.drop_check(p--);
+        continue;
+      }
       throw Error(str_cat(what, ": tracing at ", trace::values_text(point), " (the example has ",
                           trace::values_text(out.plan.points[0]), ") to free ",
                           absl::StrJoin(out.plan.symbols, ", "), " failed: ", e.what(),
@@ -169,6 +173,9 @@ SymbolicTrace trace_symbolic(
       tracer.add_output(outputs[o], str_cat("output", o));
     }
     trace::Trace traced = tracer.finish();
+    // The ops ran on zeros at sizes the model may refuse only at run time
+    // (an index past a table): the failure belongs to this probe.
+    for (const Tensor& output : outputs) output.wait_to_read();
     TANDEM_CHECK(traced.state_writes.empty(), what,
                  ": the function updates state (e.g. batch norm's running statistics in "
                  "training mode), which an exported model cannot do; export an inference "

@@ -756,11 +756,17 @@ class GraphParser {
       }
       batch = size;
     }
-    const trace::ProbePlan plan = trace::plan_probes({{"batch", batch}});
+    trace::ProbePlan plan = trace::plan_probes({{"batch", batch}});
     std::vector<trace::Graph> graphs;
     try {
-      for (const trace::SymbolValues& point : plan.points) {
-        graphs.push_back(trace::infer_at(graph, out_.symbolic, point, out_.node_sources));
+      for (size_t p = 0; p < plan.points.size(); ++p) {
+        try {
+          graphs.push_back(
+              trace::infer_at(graph, out_.symbolic, plan.points[p], out_.node_sources));
+        } catch (const Error&) {
+          if (p < plan.first_extra_check()) throw;
+          plan.drop_check(p--);  // Sizes the graph refuses: not a check.
+        }
       }
       out_.symbolic = trace::fit_symbolic_shapes(plan, graphs, out_.node_sources);
     } catch (const Error& e) {

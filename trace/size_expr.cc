@@ -188,9 +188,10 @@ SizeExpr SizeExpr::floor_div(const SizeExpr& numerator, int64_t divisor) {
   quotient.divisions_ = remainder.divisions_ = numerator.divisions_;
   for (const auto& [monomial, coefficient] : numerator.terms_) {
     const int64_t q = floor_divide(coefficient, divisor);
-    // In [0, divisor); q * divisor itself may not fit in int64.
-    const auto r = static_cast<int64_t>(static_cast<__int128>(coefficient) -
-                                        static_cast<__int128>(q) * divisor);
+    // In [0, divisor), so exact in modular arithmetic, where q * divisor
+    // itself may not fit in int64.
+    const auto r = static_cast<int64_t>(static_cast<uint64_t>(coefficient) -
+                                        static_cast<uint64_t>(q) * static_cast<uint64_t>(divisor));
     if (q != 0) quotient.terms_[monomial] = q;
     if (r != 0) remainder.terms_[monomial] = r;
   }
@@ -279,7 +280,7 @@ std::string SizeExpr::to_string() const {
     const uint64_t magnitude = coefficient < 0 ? uint64_t{0} - static_cast<uint64_t>(coefficient)
                                                : static_cast<uint64_t>(coefficient);
     if (text.empty()) {
-      if (coefficient < 0) text = "-";
+      if (coefficient < 0) text.push_back('-');
     } else {
       text += coefficient < 0 ? " - " : " + ";
     }

@@ -39,7 +39,7 @@ std::string node_text(const Graph& graph, size_t n, absl::Span<const std::string
 }
 
 // The number at each point of the plan, as the polynomial the grid gives,
-// checked at the last point; nullopt for a number that never changes.
+// checked at the points after it; nullopt for a number that never changes.
 // `what` names the number for the error.
 std::optional<SizeExpr> fit(const ProbePlan& plan, absl::Span<const int64_t> numbers,
                             const std::string& what) {
@@ -70,13 +70,15 @@ std::optional<SizeExpr> fit(const ProbePlan& plan, absl::Span<const int64_t> num
   } catch (const Error& e) {
     throw Error(str_cat(what, " cannot be written as a size: ", e.message()));
   }
-  const SymbolValues& check = plan.points.back();
-  std::optional<int64_t> predicted;
-  try {
-    predicted = poly.evaluate(check, what);
-  } catch (const Error&) {
+  bool checked = true;
+  for (size_t p = corners; checked && p < plan.points.size(); ++p) {
+    try {
+      checked = poly.evaluate(plan.points[p], what) == numbers[p];
+    } catch (const Error&) {
+      checked = false;
+    }
   }
-  if (!predicted || *predicted != numbers.back()) {
+  if (!checked) {
     std::vector<std::string> seen;
     for (size_t i = 0; i < numbers.size(); ++i) {
       seen.push_back(str_cat(numbers[i], " at ", values_text(plan.points[i])));
@@ -415,7 +417,7 @@ ProbePlan plan_probes(const SymbolValues& example) {
   ProbePlan plan;
   for (const auto& [name, value] : example) plan.symbols.push_back(name);
   const size_t corners = size_t{1} << example.size();
-  plan.points.resize(corners + 1, example);
+  plan.points.resize(corners + 3, example);
   for (const auto& [name, value] : example) {
     const int64_t step = value >= 4 ? -1 : 1;
     for (size_t m = 0; m < corners; ++m) {
@@ -424,8 +426,17 @@ ProbePlan plan_probes(const SymbolValues& example) {
       if ((m >> s) & 1) plan.points[m][name] = value + step;
     }
     plan.points[corners][name] = value + 2 * step;
+    for (const auto& [k, far] : {std::pair<size_t, int64_t>{1, 5}, {2, 17}}) {
+      plan.points[corners + k][name] = value - far >= 2 ? value - far : value + far;
+    }
   }
   return plan;
+}
+
+void ProbePlan::drop_check(size_t point) {
+  TANDEM_INTERNAL_ASSERT(point >= first_extra_check() && point < points.size(),
+                         "only extra check points can be dropped");
+  points.erase(points.begin() + static_cast<std::ptrdiff_t>(point));
 }
 
 SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph> graphs,

@@ -11,13 +11,15 @@
 // A trace records numbers: a reshape of [8, 100, 64] to [800, 64] keeps 800
 // whatever produced it. Tandem recovers what a number is a function of by
 // tracing the model at a few values of its free dimensions (two values each,
-// a full grid, plus one check point) and fitting every size-like number (an
+// a full grid, plus check points) and fitting every size-like number (an
 // integer attribute, each dimension of each value) with the polynomial of
-// the dimensions that passes through the grid (SizeExpr). The check point
-// must then agree, or the number is not such a polynomial and the fit is
-// refused, naming the node. A constant stays a constant: a reshape to
-// [batch*seq, 64] keeps 64 even when seq happened to be 64 too, since the
-// grid moves each dimension on its own.
+// the dimensions that passes through the grid (SizeExpr). The check points
+// must then agree, or the number is not such a polynomial: an op's output
+// that moves in steps gets an expression with floor divisions from the
+// ops' shape inference (size_search.h), a reshape's target follows its
+// input, and anything else is refused, naming the node. A constant stays a
+// constant: a reshape to [batch*seq, 64] keeps 64 even when seq happened to
+// be 64 too, since the grid moves each dimension on its own.
 //
 // Instantiating evaluates the fitted attributes at the new values, infers
 // every shape again through the ops' own inference, and compares each
@@ -79,13 +81,21 @@ struct SymbolicShapes {
 };
 
 // Where to trace: points[0] is the example; points[m] for m < 2^k moves
-// symbol s (in name order) by one when bit s of m is set; the last point,
-// every symbol moved by two, checks the fit. Values stay >= 2 where the
-// example's are (moving down from 4 and up, up from below): a size of 1
-// broadcasts, which a model's larger sizes do not. At most 4 names.
+// symbol s (in name order) by one when bit s of m is set; point 2^k, every
+// symbol moved by two, checks the fit, and so do the points after it, every
+// symbol moved by 5 and by 17, which a size that moves in steps of up to 16
+// (a strided convolution's length) cannot sit out, and the numbers model
+// code computes from it neither. Values stay >= 2 where the example's are
+// (moving down from 4 and up, up from below; the far points down where
+// that stays >= 2): a size of 1 broadcasts, which a model's larger sizes do
+// not. At most 4 names.
 struct ProbePlan {
   std::vector<std::string> symbols;
   std::vector<SymbolValues> points;
+  // Points past the first check point are extra checks: a tracer drops one
+  // the model refuses (a limit such as seq <= max_len), with drop_check.
+  size_t first_extra_check() const { return (size_t{1} << symbols.size()) + 1; }
+  void drop_check(size_t point);
 };
 ProbePlan plan_probes(const SymbolValues& example);
 

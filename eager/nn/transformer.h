@@ -162,10 +162,10 @@ class TransformerEncoder : public TransformerStack<TransformerEncoderLayer> {
 // self-attention (options().causal too), memory_* to its attention over the
 // memory.
 struct TransformerDecoderMasks {
-  Tensor tgt_mask;
-  Tensor memory_mask;
-  Tensor tgt_key_padding_mask;
-  Tensor memory_key_padding_mask;
+  Tensor tgt_mask = {};
+  Tensor memory_mask = {};
+  Tensor tgt_key_padding_mask = {};
+  Tensor memory_key_padding_mask = {};
 };
 
 class TransformerDecoderLayer : public TransformerLayerBase {

@@ -212,7 +212,7 @@ TEST(OptimAdamTest, AdamWAndAmsgrad) {
 // torch.optim.RMSprop's rule, in double.
 struct RMSpropReference {
   optim::RMSpropOptions o;
-  std::vector<double> square, grad_avg, buf;
+  std::vector<double> square = {}, grad_avg = {}, buf = {};
   void operator()(std::vector<double>& x, const std::vector<double>& grad) {
     if (square.empty()) square = grad_avg = buf = std::vector<double>(x.size(), 0);
     for (size_t i = 0; i < x.size(); ++i) {

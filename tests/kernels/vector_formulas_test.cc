@@ -40,7 +40,9 @@ TEST(VectorFormulas, ErfAndGeluAreWithinTheirBound) {
     worst_erf = std::max(worst_erf, std::abs(erf[i] - want));
     const double want_gelu = x * 0.5 * (1 + std::erf(x / std::sqrt(2.0)));
     worst_gelu = std::max(worst_gelu, std::abs(gelu[i] - want_gelu) / std::max(1.0, std::abs(x)));
-    if (x == 0) EXPECT_EQ(std::signbit(erf[i]), std::signbit(xs[i])) << x;
+    if (x == 0) {
+      EXPECT_EQ(std::signbit(erf[i]), std::signbit(xs[i])) << x;
+    }
   }
   EXPECT_LE(worst_erf, 4e-7);
   EXPECT_LE(worst_gelu, 4e-7);

@@ -237,7 +237,9 @@ TEST(ExportLoad, ExportLeavesTheModuleInItsMode) {
   // statistics (the loader folds it into the convolution), no dropout.
   LoadedModel loaded = load(dir.file("cnn"));
   for (const trace::Node& node : loaded.file().graph.nodes) {
-    if (node.op->name == "batch_norm") EXPECT_FALSE(node.attrs.get_bool("training"));
+    if (node.op->name == "batch_norm") {
+      EXPECT_FALSE(node.attrs.get_bool("training"));
+    }
     EXPECT_NE(node.op->name, "dropout");
   }
 }

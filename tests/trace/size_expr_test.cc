@@ -179,16 +179,20 @@ TEST(SizeExpr, OverflowIsAnErrorNeverAWrap) {
 }
 
 // The grid moves each name by one on its own (down from 4 and up, up from
-// below, so that no probe is a broadcasting 1), and the last point by two.
-TEST(ProbePlan, AFullGridAndACheckPoint) {
+// below, so that no probe is a broadcasting 1), the check points all names
+// by two, five and seventeen.
+TEST(ProbePlan, AFullGridAndCheckPoints) {
   const ProbePlan plan = plan_probes({{"batch", 2}, {"seq", 16}});
   ASSERT_EQ(plan.symbols, (std::vector<std::string>{"batch", "seq"}));
-  ASSERT_EQ(plan.points.size(), 5u);
+  ASSERT_EQ(plan.points.size(), 7u);
   EXPECT_EQ(values_text(plan.points[0]), "batch = 2, seq = 16");
   EXPECT_EQ(values_text(plan.points[1]), "batch = 3, seq = 16");
   EXPECT_EQ(values_text(plan.points[2]), "batch = 2, seq = 15");
   EXPECT_EQ(values_text(plan.points[3]), "batch = 3, seq = 15");
   EXPECT_EQ(values_text(plan.points[4]), "batch = 4, seq = 14");
+  EXPECT_EQ(plan.first_extra_check(), 5u);
+  EXPECT_EQ(values_text(plan.points[5]), "batch = 7, seq = 11");
+  EXPECT_EQ(values_text(plan.points[6]), "batch = 19, seq = 33");
   EXPECT_THAT(error_of([] {
                 plan_probes({{"a", 2}, {"b", 2}, {"c", 2}, {"d", 2}, {"e", 2}});
               }),
