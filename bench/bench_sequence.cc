@@ -13,13 +13,15 @@
 // kernels/attention.h), its recurrent layers one op each (Note [Recurrence
 // in one op] in eager/nn/recurrent.h); libtorch 2 has a fused attention
 // kernel and both libtorches fused LSTM and GRU layers, which is what the
-// rows compare against.
+// rows compare against. The recurrent rows also time oneDNN's own LSTM and
+// GRU primitives called directly (bench/onednn_rnn_peer.h).
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/harness.h"
+#include "bench/onednn_rnn_peer.h"
 #include "bench/tutorial_models.h"
 #include "tandem/tandem.h"
 
@@ -104,6 +106,10 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (bench::has_flag(argc, argv, "--onednn-child")) {
+    bench::onednn_recurrent_child(bench::flag(argc, argv, "--onednn-child", "lstm") == "gru");
+    return 0;
+  }
   if (bench::has_flag(argc, argv, "--child")) {
     sequence_child(bench::flag(argc, argv, "--child", "attention"),
                    std::stoll(bench::flag(argc, argv, "--seq", "128")),
@@ -132,6 +138,11 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, std::optional<bench::Results>>> results;
     results.emplace_back("Tandem eager", bench::run_child(child));
     results.emplace_back("Tandem hybridized", bench::run_child(child + " --hybridize"));
+    if (row.workload == "lstm" || row.workload == "gru") {
+      results.emplace_back("oneDNN 2 primitive",
+                           bench::run_child(bench::program_beside("bench_sequence") +
+                                            " --onednn-child " + row.workload));
+    }
     for (const bench::TorchConfig& config : configs) {
       results.emplace_back("libtorch " + config.label,
                            bench::run_torch_peer(config, "sequence " + row.args));
