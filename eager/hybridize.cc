@@ -540,8 +540,8 @@ struct HybridFunction::Impl {
   // beyond reach, as it is for a replay (Note [What a trace cannot see]).
   struct Family {
     Signature signature;
-    Recording example;     // The traced call, less its graph and prior state;
-    SymbolicTrace fitted;  // its graph, fitted.
+    Recording example;     // The traced call, less its graph, state and prior state;
+    SymbolicTrace fitted;  // its graph and state, fitted.
   };
   std::vector<Family> families;
   bool warned_about_dynamic_dims = false;
@@ -643,9 +643,9 @@ void HybridFunction::Impl::fit_family(Recording example, const Signature& signat
     return TracedCall{std::move(probe.graph), std::move(probe.state)};
   };
   try {
-    SymbolicTrace fitted = fit_free_dims(trace_at, shapes, options.dynamic_dims,
-                                         str_cat("hybridize '", options.name, "'"),
-                                         TracedCall{std::move(example.graph), example.state});
+    SymbolicTrace fitted = fit_free_dims(
+        trace_at, shapes, options.dynamic_dims, str_cat("hybridize '", options.name, "'"),
+        TracedCall{std::move(example.graph), std::move(example.state)});
     // The state before the call is not needed again (and would keep the
     // parameters' old values alive).
     example.captured.clear();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <utility>
 #include <variant>
@@ -250,12 +251,11 @@ void set_dim(SymbolicShapes& symbolic, ValueId id, int axis, SizeExpr size) {
 // the input's dimensions in order, each element the product of a run of
 // them (equal to the element at every probe), and fixed elements whose run
 // moves take the run's expression. Returns whether one did.
-// `unfitted` marks the elements no polynomial gave (they vary at the
-// probes), which must take a run's expression; `at_probe[e][p]` is element
-// e at plan point p.
+// `unfitted` holds the elements no polynomial gave (they vary at the
+// probes), each with its number at every plan point; they must take a
+// run's expression.
 bool reconcile_reshape(const ProbePlan& plan, const Graph& graph, SymbolicShapes& symbolic,
-                       size_t n, const std::vector<bool>& unfitted,
-                       const std::vector<std::vector<int64_t>>& at_probe) {
+                       size_t n, const std::map<size_t, std::vector<int64_t>>& unfitted = {}) {
   const Node& node = graph.nodes[n];
   if (node.op != &kernels::reshape_op()) return false;
   const ValueId in = node.inputs[0];
@@ -302,14 +302,17 @@ bool reconcile_reshape(const ProbePlan& plan, const Graph& graph, SymbolicShapes
     elements.push_back(element(e));
     target_product = target_product * elements.back();
   }
-  const bool must = std::find(unfitted.begin(), unfitted.end(), true) != unfitted.end();
-  if (target.empty() || (!must && equal_at(target_product, run(0, rank), swept))) return false;
+  if (target.empty() || (unfitted.empty() && equal_at(target_product, run(0, rank), swept))) {
+    return false;
+  }
   // Whether run [first, end) is element e at every probe.
   const auto is_element = [&](int first, int end, size_t e) {
+    const auto numbers = unfitted.find(e);
+    if (numbers == unfitted.end()) return equal_at(run(first, end), elements[e], plan.points);
     const SizeExpr product = run(first, end);
     try {
       for (size_t p = 0; p < plan.points.size(); ++p) {
-        if (product.evaluate(plan.points[p], "a reshape") != at_probe[e][p]) return false;
+        if (product.evaluate(plan.points[p], "a reshape") != numbers->second[p]) return false;
       }
     } catch (const Error&) {
       return false;
@@ -340,7 +343,7 @@ bool reconcile_reshape(const ProbePlan& plan, const Graph& graph, SymbolicShapes
       for (size_t k = 0; k < target.size(); ++k) {
         SizeExpr size = run(starts[k], starts[k + 1]);
         aligned_product = aligned_product * size;
-        if ((unfitted[k] || elements[k].is_constant()) && !size.is_constant()) {
+        if ((unfitted.contains(k) || elements[k].is_constant()) && !size.is_constant()) {
           added.push_back({static_cast<int>(n), "shape", static_cast<int>(k), std::move(size)});
         }
       }
@@ -349,7 +352,7 @@ bool reconcile_reshape(const ProbePlan& plan, const Graph& graph, SymbolicShapes
         const bool assigned = std::any_of(added.begin(), added.end(), [&](const SymbolicAttr& a) {
           return a.element == static_cast<int>(k);
         });
-        if (unfitted[k] && !assigned) return;
+        if (unfitted.contains(k) && !assigned) return;
       }
       if (found && !same(*found, added)) ambiguous = true;
       found = std::move(added);
@@ -496,12 +499,10 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
 
   for (size_t n = 0; n < g0.nodes.size(); ++n) {
     const auto& items = g0.nodes[n].attrs.items();
-    // A reshape's target elements no polynomial gave, and the first error.
-    std::vector<bool> reshape_unfitted;
+    // A reshape's target elements no polynomial gave, with their numbers,
+    // and the first error.
+    std::map<size_t, std::vector<int64_t>> reshape_unfitted;
     std::optional<std::string> reshape_error;
-    if (g0.nodes[n].op == &kernels::reshape_op()) {
-      reshape_unfitted.assign(g0.nodes[n].attrs.get_ints("shape").size(), false);
-    }
     for (size_t k = 0; k < items.size(); ++k) {
       const auto& [name, value] = items[k];
       const std::string what = str_cat("attribute '", name, "' of ", node_text(g0, n, sources));
@@ -546,7 +547,7 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
             // A reshape back after an op whose output moves in steps:
             // reconcile_reshape below gives it the input's expression.
             if (g0.nodes[n].op != &kernels::reshape_op()) throw;
-            reshape_unfitted[e] = true;
+            reshape_unfitted[e] = numbers;
             if (!reshape_error) reshape_error = error.message();
           }
           if (size) {
@@ -557,15 +558,8 @@ SymbolicShapes fit_symbolic_shapes(const ProbePlan& plan, absl::Span<const Graph
       }
     }
     find_slice_limits(g0, symbolic, n);
-    if (g0.nodes[n].op == &kernels::reshape_op()) {
-      const size_t count = g0.nodes[n].attrs.get_ints("shape").size();
-      std::vector<std::vector<int64_t>> at_probe(count);
-      for (size_t e = 0; e < count; ++e) {
-        for (const Graph& g : graphs) at_probe[e].push_back(g.nodes[n].attrs.get_ints("shape")[e]);
-      }
-      if (!reconcile_reshape(plan, g0, symbolic, n, reshape_unfitted, at_probe) && reshape_error) {
-        throw Error(std::move(*reshape_error));
-      }
+    if (!reconcile_reshape(plan, g0, symbolic, n, reshape_unfitted) && reshape_error) {
+      throw Error(std::move(*reshape_error));
     }
     // This node's outputs that move in steps, now that its attributes (and
     // those of the nodes before it) are known.
@@ -758,23 +752,7 @@ void check_beyond_the_grid(const ProbePlan& plan, const Graph& graph, SymbolicSh
         // code reshapes to sizes it reads off shapes, so a reshape that
         // cannot follow is this graph's failure, not the model's.
         if (inferred < graph.nodes.size() && graph.nodes[inferred].op == &kernels::reshape_op()) {
-          const size_t count = graph.nodes[inferred].attrs.get_ints("shape").size();
-          std::vector<std::vector<int64_t>> at_probe(count);
-          for (size_t e = 0; e < count; ++e) {
-            const SizeExpr* fitted = nullptr;
-            for (const SymbolicAttr& a : symbolic.attrs) {
-              if (a.node == static_cast<int>(inferred) && a.attr == "shape" &&
-                  a.element == static_cast<int>(e)) {
-                fitted = &a.size;
-              }
-            }
-            for (const SymbolValues& point : plan.points) {
-              at_probe[e].push_back(fitted ? fitted->evaluate(point, "a reshape")
-                                           : graph.nodes[inferred].attrs.get_ints("shape")[e]);
-            }
-          }
-          if (reconcile_reshape(plan, graph, symbolic, inferred, std::vector<bool>(count, false),
-                                at_probe)) {
+          if (reconcile_reshape(plan, graph, symbolic, inferred)) {
             --size;
             continue;
           }

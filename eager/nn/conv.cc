@@ -1,6 +1,7 @@
 #include "eager/nn/conv.h"
 
 #include <cmath>
+#include <string>
 
 #include "core/error.h"
 #include "eager/composite_ops.h"
@@ -53,8 +54,11 @@ Conv2dOptions as_2d(const Conv1dOptions& o) {
           .dtype = o.dtype};
 }
 
-// A transposed one's options but output_padding.
-Conv1dOptions as_conv1d(const ConvTranspose1dOptions& o) {
+// A transposed convolution's options but output_padding (Conv1dOptions
+// of a ConvTranspose1dOptions, Conv2dOptions of a ConvTranspose2dOptions):
+// what its weight and bias are checked and made by.
+template <class ConvOptions, class TransposedOptions>
+ConvOptions without_output_padding(const TransposedOptions& o) {
   return {.in_channels = o.in_channels,
           .out_channels = o.out_channels,
           .kernel_size = o.kernel_size,
@@ -66,13 +70,22 @@ Conv1dOptions as_conv1d(const ConvTranspose1dOptions& o) {
           .dtype = o.dtype};
 }
 
-// A 1-d convolution's extra_repr: what differs from the defaults.
-std::string repr_1d(const Conv1dOptions& o, int64_t output_padding = 0) {
-  std::string out = str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size);
-  if (o.stride != 1) out += str_cat(", stride=", o.stride);
-  if (o.padding != 0) out += str_cat(", padding=", o.padding);
-  if (output_padding != 0) out += str_cat(", output_padding=", output_padding);
-  if (o.dilation != 1) out += str_cat(", dilation=", o.dilation);
+std::string size_text(int64_t size) { return std::to_string(size); }
+template <class SizeN>
+std::string size_text(const SizeN& size) {
+  return size.to_string();
+}
+
+// Any convolution's extra_repr, as torch's: channels and kernel, then what
+// differs from the defaults. `Size` is int64_t, Size2 or Size3.
+template <class Options, class Size = decltype(Options::stride)>
+std::string conv_repr(const Options& o, const Size& output_padding = Size(0)) {
+  std::string out =
+      str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", size_text(o.kernel_size));
+  if (o.stride != Size(1)) out += str_cat(", stride=", size_text(o.stride));
+  if (o.padding != Size(0)) out += str_cat(", padding=", size_text(o.padding));
+  if (output_padding != Size(0)) out += str_cat(", output_padding=", size_text(output_padding));
+  if (o.dilation != Size(1)) out += str_cat(", dilation=", size_text(o.dilation));
   if (o.groups != 1) out += str_cat(", groups=", o.groups);
   if (!o.bias) out += ", bias=false";
   return out;
@@ -95,17 +108,7 @@ Tensor Conv2d::forward(const Tensor& x) {
                 options_.padding.dims(), options_.dilation.dims(), options_.groups, call_site());
 }
 
-std::string Conv2d::extra_repr() const {
-  const Conv2dOptions& o = options_;
-  std::string out =
-      str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size.to_string());
-  if (o.stride != Size2(1)) out += str_cat(", stride=", o.stride.to_string());
-  if (o.padding != Size2(0)) out += str_cat(", padding=", o.padding.to_string());
-  if (o.dilation != Size2(1)) out += str_cat(", dilation=", o.dilation.to_string());
-  if (o.groups != 1) out += str_cat(", groups=", o.groups);
-  if (!o.bias) out += ", bias=false";
-  return out;
-}
+std::string Conv2d::extra_repr() const { return conv_repr(options_); }
 
 Conv1d::Conv1d(const Conv1dOptions& options) : options_(options) {
   const Conv1dOptions& o = options;
@@ -123,7 +126,7 @@ Tensor Conv1d::forward(const Tensor& x) {
                 call_site());
 }
 
-std::string Conv1d::extra_repr() const { return repr_1d(options_); }
+std::string Conv1d::extra_repr() const { return conv_repr(options_); }
 
 Conv3d::Conv3d(const Conv3dOptions& options) : options_(options) {
   const Conv3dOptions& o = options;
@@ -157,33 +160,14 @@ Tensor Conv3d::forward(const Tensor& x) {
                 o.dilation.dims(), o.groups, call_site());
 }
 
-std::string Conv3d::extra_repr() const {
-  const Conv3dOptions& o = options_;
-  std::string out =
-      str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size.to_string());
-  if (o.stride != Size3(1)) out += str_cat(", stride=", o.stride.to_string());
-  if (o.padding != Size3(0)) out += str_cat(", padding=", o.padding.to_string());
-  if (o.dilation != Size3(1)) out += str_cat(", dilation=", o.dilation.to_string());
-  if (o.groups != 1) out += str_cat(", groups=", o.groups);
-  if (!o.bias) out += ", bias=false";
-  return out;
-}
+std::string Conv3d::extra_repr() const { return conv_repr(options_); }
 
 ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options) : options_(options) {
   const ConvTranspose2dOptions& o = options;
   TANDEM_CHECK(o.output_padding.h >= 0 && o.output_padding.w >= 0,
                "ConvTranspose2d needs non-negative output_padding, got ",
                o.output_padding.to_string());
-  make_parameters(*this, "ConvTranspose2d",
-                  {.in_channels = o.in_channels,
-                   .out_channels = o.out_channels,
-                   .kernel_size = o.kernel_size,
-                   .stride = o.stride,
-                   .padding = o.padding,
-                   .dilation = o.dilation,
-                   .groups = o.groups,
-                   .bias = o.bias,
-                   .dtype = o.dtype},
+  make_parameters(*this, "ConvTranspose2d", without_output_padding<Conv2dOptions>(o),
                   Shape{o.in_channels, o.out_channels / o.groups, o.kernel_size.h, o.kernel_size.w},
                   weight_, bias_, zero_bias_);
 }
@@ -199,25 +183,14 @@ Tensor ConvTranspose2d::forward(const Tensor& x) {
 }
 
 std::string ConvTranspose2d::extra_repr() const {
-  const ConvTranspose2dOptions& o = options_;
-  std::string out =
-      str_cat(o.in_channels, ", ", o.out_channels, ", kernel_size=", o.kernel_size.to_string());
-  if (o.stride != Size2(1)) out += str_cat(", stride=", o.stride.to_string());
-  if (o.padding != Size2(0)) out += str_cat(", padding=", o.padding.to_string());
-  if (o.output_padding != Size2(0)) {
-    out += str_cat(", output_padding=", o.output_padding.to_string());
-  }
-  if (o.dilation != Size2(1)) out += str_cat(", dilation=", o.dilation.to_string());
-  if (o.groups != 1) out += str_cat(", groups=", o.groups);
-  if (!o.bias) out += ", bias=false";
-  return out;
+  return conv_repr(options_, options_.output_padding);
 }
 
 ConvTranspose1d::ConvTranspose1d(const ConvTranspose1dOptions& options) : options_(options) {
   const ConvTranspose1dOptions& o = options;
   TANDEM_CHECK(o.output_padding >= 0, "ConvTranspose1d needs non-negative output_padding, got ",
                o.output_padding);
-  make_parameters(*this, "ConvTranspose1d", as_2d(as_conv1d(o)),
+  make_parameters(*this, "ConvTranspose1d", as_2d(without_output_padding<Conv1dOptions>(o)),
                   Shape{o.in_channels, o.out_channels / o.groups, o.kernel_size}, weight_, bias_,
                   zero_bias_);
 }
@@ -232,7 +205,7 @@ Tensor ConvTranspose1d::forward(const Tensor& x) {
 }
 
 std::string ConvTranspose1d::extra_repr() const {
-  return repr_1d(as_conv1d(options_), options_.output_padding);
+  return conv_repr(options_, options_.output_padding);
 }
 
 }  // namespace tandem::nn
