@@ -136,13 +136,13 @@ void write_model_files(const std::string& path, GraphFile& file,
 
 }  // namespace
 
-void export_graph(const std::string& path, const trace::Graph& traced,
-                  absl::Span<const StateInput> state, const trace::SymbolicShapes& symbolic) {
+GraphFile graph_file_of(const trace::Graph& traced, absl::Span<const StateInput> state,
+                        const trace::SymbolicShapes& symbolic, std::vector<NamedTensor>& params,
+                        std::string_view what, std::vector<std::string> node_sources) {
   // Inputs in the file's order: data, then state, then constants (as params).
   trace::Graph graph = traced;
   GraphFile file;
   std::vector<trace::GraphInput> inputs;
-  std::vector<NamedTensor> params;
   size_t next_state = 0;
   for (const trace::GraphInput& input : traced.inputs) {
     if (input.kind != trace::InputKind::kData) continue;
@@ -168,15 +168,23 @@ void export_graph(const std::string& path, const trace::Graph& traced,
   }
   absl::flat_hash_set<std::string> names;
   for (const trace::GraphInput& input : inputs) {
-    TANDEM_CHECK(names.insert(input.name).second, "export '", path, "': two graph inputs are ",
-                 "called '", input.name, "'");
+    TANDEM_CHECK(names.insert(input.name).second, what, ": two graph inputs are called '",
+                 input.name, "'");
   }
   graph.inputs = std::move(inputs);
-  file.node_sources = sources_of(graph);
-
+  file.node_sources = node_sources.empty() ? sources_of(graph) : std::move(node_sources);
+  TANDEM_INTERNAL_ASSERT(file.node_sources.size() == graph.nodes.size(),
+                         "export: one source per node");
   file.symbolic = symbolic;
   file.graph = std::move(graph);
   file.producer = TANDEM_PRODUCER;
+  return file;
+}
+
+void export_graph(const std::string& path, const trace::Graph& traced,
+                  absl::Span<const StateInput> state, const trace::SymbolicShapes& symbolic) {
+  std::vector<NamedTensor> params;
+  GraphFile file = graph_file_of(traced, state, symbolic, params, str_cat("export '", path, "'"));
   write_model_files(path, file, params);
 }
 
@@ -313,6 +321,18 @@ LoadedModel load(const std::string& path) {
   const fs::path params_path = fs::path(json_path).parent_path() / file.params_file;
   serialization::ParamsFile params = serialization::read_params(params_path.string(), true);
   return load(std::move(file), std::move(params), json_path);
+}
+
+LoadedModel load_graph(const trace::Graph& graph, absl::Span<const serialization::StateInput> state,
+                       const trace::SymbolicShapes& symbolic, std::vector<std::string> node_sources,
+                       std::string_view name) {
+  std::vector<serialization::NamedTensor> tensors;
+  GraphFile file =
+      serialization::graph_file_of(graph, state, symbolic, tensors, name, std::move(node_sources));
+  const serialization::ParamsImage image(tensors, name);
+  file.params = image.entries();
+  file.params_file = str_cat(std::filesystem::path(name).filename().string(), ".params");
+  return load(std::move(file), {image.entries(), std::move(tensors)}, name);
 }
 
 LoadedModel load(serialization::GraphFile graph_file, serialization::ParamsFile params,

@@ -86,6 +86,14 @@ struct StateInput {
 void export_graph(const std::string& path, const trace::Graph& graph,
                   absl::Span<const StateInput> state, const trace::SymbolicShapes& symbolic = {});
 
+// The graph file export_graph writes, without the params file's name and
+// index: `params` gets its tensors, in order. `what` names the model in
+// messages; `node_sources` says where each node came from (empty: the
+// nodes' own source lines).
+GraphFile graph_file_of(const trace::Graph& graph, absl::Span<const StateInput> state,
+                        const trace::SymbolicShapes& symbolic, std::vector<NamedTensor>& params,
+                        std::string_view what, std::vector<std::string> node_sources = {});
+
 }  // namespace serialization
 
 // A model loaded from a graph file and its params file.
@@ -132,6 +140,13 @@ class LoadedModel {
   friend LoadedModel load(serialization::GraphFile graph_file, serialization::ParamsFile params,
                           std::string_view name);
 };
+
+// The model export_graph then load() would give, without files: for graphs
+// built in memory (an imported ONNX model, serialization/onnx_import.h).
+// `name` stands for the model's file in messages.
+LoadedModel load_graph(const trace::Graph& graph, absl::Span<const serialization::StateInput> state,
+                       const trace::SymbolicShapes& symbolic, std::vector<std::string> node_sources,
+                       std::string_view name);
 
 // Loads `path` (a graph file; ".json" is appended if `path` has no such
 // file) and the params file it names, which must lie in the same folder and

@@ -26,7 +26,7 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
-  libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev
+  libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libonnx-dev libprotobuf-dev libonnx-testdata
   clang-format clang-16 libclang-rt-16-dev libomp-16-dev
   dataset-fashion-mnist fortunes
 )
@@ -60,7 +60,7 @@ usage: tools/tandem.sh <command> [args]
                   asan+ctest, fuzz (each loader target for TANDEM_FUZZ_SECONDS),
                   tsan+ctest (engine and concurrency labels); prints a timed summary
   fuzz [target] [seconds]
-                  build the fuzz preset and fuzz one loader (graph_json, params, npy, model;
+                  build the fuzz preset and fuzz one loader (graph_json, params, npy, model, onnx;
                   default all) for SECONDS each (default TANDEM_FUZZ_SECONDS or 45); the
                   corpus grows in build/fuzz/corpus/<target>, findings land in
                   build/fuzz/findings/<target> (tests/fuzz/README.md)
@@ -232,7 +232,7 @@ cmd_bench() {
 # ---------------------------------------------------------------------------------------------
 # fuzz: the loaders' libFuzzer targets (tests/fuzz/README.md)
 # ---------------------------------------------------------------------------------------------
-FUZZ_TARGETS=(graph_json params npy model)
+FUZZ_TARGETS=(graph_json params npy model onnx)
 
 # fuzz_seed_ext TARGET: the extension of the golden files (tests/data/golden) that seed it.
 fuzz_seed_ext() {
@@ -240,6 +240,7 @@ fuzz_seed_ext() {
     graph_json | model) echo json ;;
     params) echo params ;;
     npy) echo npy ;;
+    onnx) echo onnx ;;
   esac
 }
 
@@ -271,6 +272,12 @@ fuzz_run() {
   ext="$(fuzz_seed_ext "$target")"
   # libFuzzer takes folders, and the golden folder mixes kinds: copy the ones for this target
   # (for the model target, each graph file joined with its params file).
+  # The onnx target starts from ONNX's own backend test models (libonnx-testdata, a dependency).
+  if [[ "$target" == onnx ]]; then
+    for f in /usr/share/libonnx-testdata/data/*/*/model.onnx; do
+      [[ -f "$f" ]] && cp "$f" "$golden/$(basename "$(dirname "$f")").onnx"
+    done
+  fi
   for f in tests/data/golden/*."$ext"; do
     [[ -f "$f" ]] || continue
     if [[ "$target" == model ]]; then

@@ -1,6 +1,7 @@
-// tandem-run: runs an exported model on NumPy inputs.
+// tandem-run: runs an exported model, or an ONNX file, on NumPy inputs.
 //
 //   tandem-run cnn.json --input x=images.npy --output out/ --repeat 100
+//   tandem-run resnet18.onnx --input images.npy
 //
 // Prints the model's signature and a summary of each output (dtype, shape,
 // range, mean, first values); --output writes each output as DIR/<name>.npy
@@ -23,6 +24,7 @@
 #include "serialization/file_name.h"
 #include "serialization/model.h"
 #include "serialization/npy.h"
+#include "serialization/onnx_import.h"
 
 namespace {
 
@@ -37,7 +39,7 @@ struct Arguments {
 
 [[noreturn]] void usage(const std::string& problem) {
   if (!problem.empty()) std::cerr << "tandem-run: " << problem << "\n";
-  std::cerr << "usage: tandem-run MODEL.json [--input NAME=FILE.npy]... [--output DIR] "
+  std::cerr << "usage: tandem-run MODEL.json|MODEL.onnx [--input NAME=FILE.npy]... [--output DIR] "
                "[--repeat N]\n"
                "  --input   a model input from a NumPy .npy file (NAME= may be left out\n"
                "            when the model has one input)\n"
@@ -133,7 +135,8 @@ void print_summary(const std::string& name, const Tensor& t) {
 }
 
 int run(const Arguments& args) {
-  tandem::LoadedModel model = tandem::load(args.model);
+  tandem::LoadedModel model =
+      args.model.ends_with(".onnx") ? tandem::import_onnx(args.model) : tandem::load(args.model);
   // The names come from the model file: each must stay inside DIR.
   std::vector<std::string> output_files;
   if (!args.output_dir.empty()) {

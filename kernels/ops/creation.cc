@@ -189,6 +189,7 @@ OpDef creation(std::string name, std::vector<AttrSpec> attrs, InferFn infer, Ker
 }  // namespace
 
 const OpDef& zeros_op() { return op_def<"zeros">(); }
+const OpDef& arange_op() { return op_def<"arange">(); }
 const OpDef& ones_op() { return op_def<"ones">(); }
 const OpDef& full_op() { return op_def<"full">(); }
 const OpDef& randn_op() { return op_def<"randn">(); }

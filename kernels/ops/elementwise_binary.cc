@@ -331,6 +331,7 @@ OpDef comparison(std::string name, KernelFn kernel, std::string doc) {
 }  // namespace
 
 const OpDef& eq_op() { return op_def<"eq">(); }
+const OpDef& ne_op() { return op_def<"ne">(); }
 const OpDef& lt_op() { return op_def<"lt">(); }
 const OpDef& le_op() { return op_def<"le">(); }
 const OpDef& gt_op() { return op_def<"gt">(); }

@@ -396,6 +396,7 @@ std::vector<Tensor> where_gradient(const GradContext& c) {
 }  // namespace
 
 const OpDef& cast_op() { return op_def<"cast">(); }
+const OpDef& where_op() { return op_def<"where">(); }
 
 void register_elementwise_unary_ops(Registry& registry) {
   register_unary_ops(registry, static_cast<elementwise::UnaryOps*>(nullptr));

@@ -372,6 +372,10 @@ void one_hot_kernel(const KernelContext& c) {
 }  // namespace
 
 const OpDef& scatter_add_op() { return op_def<"scatter_add">(); }
+const OpDef& gather_op() { return op_def<"gather">(); }
+const OpDef& gather_nd_op() { return op_def<"gather_nd">(); }
+const OpDef& scatter_op() { return op_def<"scatter">(); }
+const OpDef& one_hot_op() { return op_def<"one_hot">(); }
 
 void register_indexing_ops(Registry& registry) {
   registry.add({.name = "gather",

@@ -415,6 +415,7 @@ std::vector<Tensor> linear_gradient(const GradContext& c) {
 }  // namespace
 
 const OpDef& linear_op() { return op_def<"linear">(); }
+const OpDef& matmul_op() { return op_def<"matmul">(); }
 
 void register_matmul_ops(Registry& registry) {
   registry.add({.name = "matmul",

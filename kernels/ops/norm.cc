@@ -398,6 +398,7 @@ std::vector<AttrSpec> layer_norm_attrs() {
 }  // namespace
 
 const OpDef& batch_norm_op() { return op_def<"batch_norm">(); }
+const OpDef& layer_norm_op() { return op_def<"layer_norm">(); }
 
 void register_norm_ops(Registry& registry) {
   registry.add({.name = "batch_norm",

@@ -350,6 +350,10 @@ std::vector<AttrSpec> reduce_attrs() {
 }  // namespace
 
 const OpDef& sum_op() { return op_def<"sum">(); }
+const OpDef& max_op() { return op_def<"max">(); }
+const OpDef& min_op() { return op_def<"min">(); }
+const OpDef& prod_op() { return op_def<"prod">(); }
+const OpDef& argmax_op() { return op_def<"argmax">(); }
 const OpDef& mean_op() { return op_def<"mean">(); }
 
 void register_reduce_ops(Registry& registry) {

@@ -160,6 +160,7 @@ std::vector<AttrSpec> scan_attrs() {
 }  // namespace
 
 const OpDef& cumprod_op() { return op_def<"cumprod">(); }
+const OpDef& cumsum_op() { return op_def<"cumsum">(); }
 
 void register_scan_ops(Registry& registry) {
   registry.add(

@@ -402,4 +402,7 @@ void register_softmax_loss_ops(Registry& registry) {
                 .doc = "(a - b)^2, reduced"});
 }
 
+const OpDef& softmax_op() { return op_def<"softmax">(); }
+const OpDef& log_softmax_op() { return op_def<"log_softmax">(); }
+
 }  // namespace tandem::kernels

@@ -135,4 +135,6 @@ void register_sort_ops(Registry& registry) {
                        "positions (ties: smaller position first)"});
 }
 
+const OpDef& topk_op() { return op_def<"topk">(); }
+
 }  // namespace tandem::kernels

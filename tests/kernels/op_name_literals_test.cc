@@ -74,6 +74,9 @@ const std::map<std::string, std::set<std::string>> kNotOpNames = {
     {"kernels/ops/norm.cc", {"mean", "var"}},
     // A value of interpolate's "mode" attribute.
     {"kernels/ops/interpolate.cc", {"linear"}},
+    // Tandem's attribute names (clip's "min" and "max") and ONNX's: Split's
+    // "split", the "add" and "sum"/"mean" reductions.
+    {"serialization/onnx_ops.cc", {"min", "max", "split", "add", "sum", "mean"}},
     // torch's names of a transformer layer's child module and activations.
     {"eager/nn/transformer.cc", {"dropout", "gelu", "relu"}},
 };
