@@ -65,6 +65,11 @@ const OpDef& softmax_op();
 const OpDef& log_softmax_op();
 // kernels/ops/sort.cc
 const OpDef& topk_op();
+// kernels/ops/recurrence.cc
+const OpDef& rnn_tanh_op();
+const OpDef& rnn_relu_op();
+const OpDef& lstm_op();
+const OpDef& gru_op();
 // kernels/ops/indexing.cc: values sent back to the positions they came from
 // (the gradients of gather, sort and topk).
 const OpDef& scatter_add_op();

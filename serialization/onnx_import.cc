@@ -31,6 +31,17 @@ inline constexpr int kNewestOnnxOpset = 17;
 // from constants only), in bytes.
 inline constexpr uint64_t kMaxOnnxImportConstantBytes = uint64_t{256} << 20;
 
+// The one value every element of `t` holds, if it holds one.
+std::optional<double> uniform_value(const Tensor& t) {
+  if (t.numel() == 0) return std::nullopt;
+  const Tensor d = kernels::call1(kernels::cast_op(), {t}, {{"dtype", DType::kFloat64}}, {});
+  const std::vector<double> v = d.to_vector<double>();
+  for (double x : v) {
+    if (x != v[0]) return std::nullopt;
+  }
+  return v[0];
+}
+
 // Thrown for a node whose input a refused node should have made: the
 // refusal is already listed, so the node is skipped without another.
 struct OnnxSkip {};
@@ -51,7 +62,7 @@ struct OnnxModel {
   onnx::ModelProto proto;
   int opset = 0;
   std::vector<OnnxDataInput> inputs;
-  std::vector<std::pair<std::string, Tensor>> initializers;
+  std::vector<std::pair<std::string, Tensor>> initializers;  // Known inputs too.
 };
 
 // Builds the Tandem graph of an ONNX model at one size of its free
@@ -68,8 +79,10 @@ class OnnxGraphBuilder {
       for (size_t a = 0; a < dims.size(); ++a) {
         if (!input.free[a].empty()) dims[a] = sizes.at(input.free[a]);
       }
-      values_[input.name] = OnnxValue::in_graph(
+      OnnxValue value = OnnxValue::in_graph(
           graph.add_input(input.name, trace::InputKind::kData, Shape(dims), input.dtype));
+      value.data_input = input.name;
+      values_[input.name] = std::move(value);
     }
     has_free_dims_ = !sizes.empty();
   }
@@ -92,6 +105,11 @@ class OnnxGraphBuilder {
                                  ") cannot be imported: ", problems_.size(), " problem",
                                  problems_.size() == 1 ? "" : "s");
       for (const std::string& p : problems_) text += str_cat("\n  ", p);
+      if (!needed_inputs_.empty()) {
+        text += "\n  inputs the import needs as values:";
+        for (const std::string& name : needed_inputs_) text += str_cat(" '", name, "'");
+        text += " (bind them with OnnxImportOptions::known_inputs, or tandem-run --known)";
+      }
       throw Error(text);
     }
   }
@@ -137,6 +155,23 @@ class OnnxGraphBuilder {
   trace::ValueId materialize(const OnnxValue& value, std::string_view use) {
     if (value.id >= 0) return value.id;
     if (value.from_sizes && has_free_dims_) {
+      // A tensor of one repeated value (zeros of the batch's size, as
+      // torch's exports make for a recurrence's initial state) is a `full`
+      // op, whose shape attribute follows the free dimensions; other
+      // tensors computed from sizes cannot.
+      if (std::optional<double> fill = uniform_value(value.known)) {
+        const trace::ValueId id =
+            graph
+                .add_node(kernels::full_op(),
+                          {{"shape", std::vector<int64_t>(value.known.shape().begin(),
+                                                          value.known.shape().end())},
+                           {"dtype", value.known.dtype()},
+                           {"value", *fill}},
+                          {})
+                .front();
+        sources.push_back(current_);
+        return id;
+      }
       throw OnnxRefusal{
           str_cat("a tensor computed from the inputs' sizes is used as ", use,
                   "; Tandem holds such numbers in attributes only, so the model cannot have free "
@@ -159,6 +194,7 @@ class OnnxGraphBuilder {
   bool has_free_dims_ = false;
   absl::flat_hash_map<std::string, OnnxValue> values_;
   std::set<std::string> poisoned_;
+  std::set<std::string> needed_inputs_;  // Data inputs an op needed as values.
   absl::flat_hash_map<const void*, std::string> initializer_of_;
   absl::flat_hash_map<const void*, trace::ValueId> materialized_;
   int next_constant_ = 0;
@@ -185,6 +221,7 @@ kernels::TensorMeta OnnxNodeBuilder::meta(const OnnxValue& value) const {
 Tensor OnnxNodeBuilder::known(size_t i, std::string_view what) const {
   const OnnxValue value = input(i);
   if (!value.is_known()) {
+    if (!value.data_input.empty()) graph_.needed_inputs_.insert(value.data_input);
     refuse(str_cat(what, " (input ", i,
                    ") must be known at import: a constant, or computed from "
                    "constants and sizes; here the model computes it as it runs"));
@@ -339,8 +376,8 @@ namespace {
 
 // The file's signature: opset, data inputs with their free dimensions, and
 // initializers.
-OnnxModel read_model(absl::Span<const uint8_t> bytes, std::string display_name,
-                     std::string folder) {
+OnnxModel read_model(absl::Span<const uint8_t> bytes, std::string display_name, std::string folder,
+                     const std::map<std::string, Tensor>& known_inputs) {
   OnnxModel model;
   model.name = display_name;
   model.file = {std::move(folder), display_name};
@@ -375,6 +412,13 @@ OnnxModel read_model(absl::Span<const uint8_t> bytes, std::string display_name,
     // lists every initializer as an input too): the initializer is used.
     if (initialized.contains(input.name())) continue;
     const std::string what = str_cat("input '", input.name(), "'");
+    if (auto known = known_inputs.find(input.name()); known != known_inputs.end()) {
+      TANDEM_CHECK(known->second.defined() && known->second.device().is_cpu(), "import_onnx('",
+                   display_name, "'): the known value of ", what, " must be a CPU tensor");
+      model.initializers.emplace_back(input.name(), known->second);
+      initialized.insert(input.name());
+      continue;
+    }
     if (input.name().empty()) fail("an input has no name");
     if (!names.insert(input.name()).second) fail("two inputs are called '", input.name(), "'");
     if (!input.type().has_tensor_type()) fail(what, " is not a tensor (sequence, map or optional)");
@@ -401,6 +445,10 @@ OnnxModel read_model(absl::Span<const uint8_t> bytes, std::string display_name,
       spec.free.push_back(std::move(name));
     }
     model.inputs.push_back(std::move(spec));
+  }
+  for (const auto& [name, value] : known_inputs) {
+    TANDEM_CHECK(initialized.contains(name), "import_onnx('", display_name,
+                 "'): known_inputs names '", name, "', which is not an input of the model");
   }
   return model;
 }
@@ -469,12 +517,15 @@ LoadedModel import_onnx(const std::string& path, const OnnxImportOptions& option
       serialization::read_file(path, serialization::kMaxOnnxFileBytes);
   std::string folder = std::filesystem::path(path).parent_path().string();
   if (folder.empty()) folder = ".";
-  return import(serialization::read_model(bytes, path, std::move(folder)), options);
+  return import(serialization::read_model(bytes, path, std::move(folder), options.known_inputs),
+                options);
 }
 
 LoadedModel import_onnx(absl::Span<const uint8_t> bytes, std::string_view display_name,
                         const OnnxImportOptions& options) {
-  return import(serialization::read_model(bytes, std::string(display_name), ""), options);
+  return import(
+      serialization::read_model(bytes, std::string(display_name), "", options.known_inputs),
+      options);
 }
 
 }  // namespace tandem

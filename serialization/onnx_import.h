@@ -39,6 +39,12 @@ struct OnnxImportOptions {
   // dim_params, or "<input>_<axis>" for a dimension it leaves unnamed.
   std::map<std::string, int64_t> example_sizes;
   static constexpr int64_t kDefaultFreeSize = 4;
+  // Inputs whose values are fixed at import: each becomes a constant of
+  // the model, which no longer takes it. For inputs an op needs as values
+  // to build the graph (a Reshape's shape, a Resize's sizes given as
+  // inputs): an import that needs one names it, and the model imported
+  // with it bound is specialized to that value.
+  std::map<std::string, Tensor> known_inputs;
 };
 
 // Reads the ONNX model at `path`; its external data must lie in its folder.

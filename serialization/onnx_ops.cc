@@ -1181,6 +1181,177 @@ void convert_softmax(Node& n, int kind) {
   n.set_output(0, reshape(n, y, dims_of(xs)));
 }
 
+// Resize and Upsample, separably: along each resized axis, every output
+// position reads a few input positions (1 nearest, 2 linear, 4 cubic) with
+// weights, computed at import as ONNX's reference does (the coordinate
+// transformation, the neighbours of the edge-padded axis, exclude_outside),
+// and the graph takes them: sum over taps of take(x, taps) * weights.
+struct AxisTaps {
+  std::vector<Ints> index;                  // Per tap, per output position.
+  std::vector<std::vector<double>> weight;  // The same.
+};
+
+AxisTaps resize_taps(Node& n, int64_t in, int64_t out, double scale, const std::string& mode,
+                     const std::string& transform, const std::string& nearest_mode, double cubic_a,
+                     bool exclude_outside) {
+  const int taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+  AxisTaps t{std::vector<Ints>(size_t(taps)), std::vector<std::vector<double>>(size_t(taps))};
+  // ONNX's length of the resized axis is in * scale, unrounded.
+  const double length = double(in) * scale;
+  for (int64_t o = 0; o < out; ++o) {
+    const double x = double(o);
+    double s = 0;
+    if (transform == "half_pixel") {
+      s = (x + 0.5) / scale - 0.5;
+    } else if (transform == "pytorch_half_pixel") {
+      s = length > 1 ? (x + 0.5) / scale - 0.5 : 0;
+    } else if (transform == "align_corners") {
+      s = length == 1 ? 0 : x * double(in - 1) / (length - 1);
+    } else if (transform == "asymmetric") {
+      s = x / scale;
+    } else if (transform == "tf_half_pixel_for_nn") {
+      s = (x + 0.5) / scale;
+    } else {
+      n.refuse(str_cat("coordinate_transformation_mode '", transform, "'"));
+    }
+    if (taps == 1) {
+      double r = 0;
+      if (nearest_mode == "round_prefer_floor") {
+        r = s == std::floor(s) + 0.5 ? std::floor(s) : std::round(s);
+      } else if (nearest_mode == "round_prefer_ceil") {
+        r = std::round(s);
+      } else if (nearest_mode == "floor") {
+        r = std::floor(s);
+      } else if (nearest_mode == "ceil") {
+        r = std::ceil(s);
+      } else {
+        n.refuse(str_cat("nearest_mode '", nearest_mode, "'"));
+      }
+      t.index[0].push_back(std::clamp<int64_t>(int64_t(r), 0, in - 1));
+      t.weight[0].push_back(1);
+      continue;
+    }
+    const double low = std::floor(s);
+    const double ratio = s == low ? 1.0 : s - low;
+    std::vector<double> c;
+    if (taps == 2) {
+      c = {1 - ratio, ratio};
+    } else {
+      const double a = cubic_a, r = ratio, q = 1 - ratio;
+      c = {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+           ((a + 2) * r - (a + 3)) * r * r + 1, ((a + 2) * q - (a + 3)) * q * q + 1,
+           ((a * (q + 1) - 5 * a) * (q + 1) + 8 * a) * (q + 1) - 4 * a};
+    }
+    // The taps nearest s, ties to the smaller index: for a whole s, s itself
+    // is the last-but-(taps / 2 - 1) of them, which ratio = 1 weighs.
+    const int64_t first = int64_t(low) - (s == low ? taps / 2 : taps / 2 - 1);
+    double total = 0;
+    for (int k = 0; k < taps; ++k) {
+      const int64_t p = first + k;
+      if (exclude_outside && (p < 0 || p >= in)) c[size_t(k)] = 0;
+      total += c[size_t(k)];
+    }
+    for (int k = 0; k < taps; ++k) {
+      t.index[size_t(k)].push_back(std::clamp<int64_t>(first + k, 0, in - 1));
+      t.weight[size_t(k)].push_back(exclude_outside ? c[size_t(k)] / total : c[size_t(k)]);
+    }
+  }
+  return t;
+}
+
+void resize(Node& n, const Ints& sizes, const std::vector<double>& scales, const std::string& mode,
+            const std::string& transform, const std::string& nearest_mode, double cubic_a,
+            bool exclude_outside) {
+  const Shape in = n.shape(0);
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    n.refuse(str_cat("mode '", mode, "'"));
+  if (mode != "nearest" && !is_floating_point(n.dtype(0))) n.refuse("interpolation of integers");
+  OnnxValue y = n.input(0);
+  for (int a = 0; a < in.rank(); ++a) {
+    const int64_t from = in[a], to = sizes[size_t(a)];
+    if (from == to && scales[size_t(a)] == 1.0) continue;
+    if (from == 0 || to == 0) n.refuse("resizing an empty axis");
+    const AxisTaps t = resize_taps(n, from, to, scales[size_t(a)], mode, transform, nearest_mode,
+                                   cubic_a, exclude_outside);
+    Ints weight_shape(size_t(in.rank()), 1);
+    weight_shape[size_t(a)] = to;
+    OnnxValue sum;
+    for (size_t k = 0; k < t.index.size(); ++k) {
+      const OnnxValue index = n.constant(Tensor::from_vector<int64_t>(t.index[k], Shape{to}), true);
+      OnnxValue picked = n.op(kernels::take_op(), {{"axis", int64_t{a}}}, {y, index});
+      if (mode != "nearest") {
+        const Tensor w = Tensor::from_vector<double>(t.weight[k], Shape(weight_shape));
+        picked = ew2<ew::Mul>(n, picked, cast(n, n.constant(w, true), n.dtype(0)));
+      }
+      sum = k == 0 ? picked : ew2<ew::Add>(n, sum, picked);
+    }
+    y = sum;
+  }
+  n.set_output(0, y);
+}
+
+// Output sizes and scales from a scales vector: floor(size * scale).
+void sizes_from_scales(Node& n, const std::vector<double>& scales, Ints& sizes) {
+  const Shape in = n.shape(0);
+  if (int64_t(scales.size()) != in.rank()) n.refuse("scales must have one value per axis");
+  sizes.clear();
+  for (int a = 0; a < in.rank(); ++a) {
+    if (!(scales[size_t(a)] > 0)) n.refuse("scales must be positive");
+    sizes.push_back(int64_t(std::floor(double(in[a]) * scales[size_t(a)])));
+  }
+}
+
+std::vector<double> known_doubles(Node& n, size_t i, std::string_view what) {
+  const Tensor t = n.known(i, what);
+  return kernels::call1(kernels::cast_op(), {t}, {{"dtype", DType::kFloat64}}, {})
+      .to_vector<double>();
+}
+
+void convert_resize(Node& n) {
+  const Shape in = n.shape(0);
+  const std::string mode = n.attr_string("mode", "nearest");
+  std::string transform = n.attr_string("coordinate_transformation_mode", "half_pixel");
+  std::string nearest_mode = n.attr_string("nearest_mode", "round_prefer_floor");
+  if (n.opset() < 11) {
+    // Resize-10 is Upsample-9: asymmetric coordinates, nearest by floor.
+    transform = "asymmetric";
+    nearest_mode = "floor";
+  }
+  if (transform == "tf_crop_and_resize") n.refuse("tf_crop_and_resize is not supported");
+  Ints sizes;
+  std::vector<double> scales;
+  const size_t scales_input = n.opset() < 11 ? 1 : 2;
+  if (n.opset() >= 11 && n.has_input(3)) {
+    sizes = n.known_ints(3, "sizes");
+    if (int64_t(sizes.size()) != in.rank()) n.refuse("sizes must have one value per axis");
+    for (int a = 0; a < in.rank(); ++a) {
+      if (sizes[size_t(a)] < 0) n.refuse("sizes must not be negative");
+      scales.push_back(in[a] == 0 ? 1.0 : double(sizes[size_t(a)]) / double(in[a]));
+    }
+  } else {
+    scales = known_doubles(n, scales_input, "scales");
+    sizes_from_scales(n, scales, sizes);
+  }
+  resize(n, sizes, scales, mode, transform, nearest_mode, n.attr_float("cubic_coeff_a", -0.75),
+         n.attr_int("exclude_outside", 0) != 0);
+}
+
+void convert_upsample(Node& n) {
+  std::vector<double> scales;
+  if (n.opset() < 9) {
+    const std::optional<std::vector<float>> given = n.attr_floats("scales");
+    if (!given) n.refuse("scales are required");
+    scales.assign(given->begin(), given->end());
+  } else {
+    scales = known_doubles(n, 1, "scales");
+  }
+  Ints sizes;
+  sizes_from_scales(n, scales, sizes);
+  resize(n, sizes, scales, n.attr_string("mode", "nearest"), "asymmetric", "floor", -0.75, false);
+}
+
+enum class RecurrentKind { kRnn, kLstm, kGru };
+
 void convert_cumsum(Node& n) {
   const int64_t axis = normalize_axis(n, int64_t(n.known_scalar(1, "axis")), n.shape(0).rank());
   n.set_output(0, n.op(kernels::cumsum_op(),
@@ -1257,6 +1428,145 @@ void convert_softmax_cross_entropy(Node& n) {
   n.set_output(0, nll(n, log_probs, n.input(1), weight, ignore_index(n),
                       n.attr_string("reduction", "mean")));
   n.set_output(1, log_probs);
+}
+
+// RNN, LSTM and GRU: per direction, the input projection as one linear op,
+// then Tandem's recurrence op, whose gates are in torch's order (ONNX's are
+// i, o, f, c for LSTM and z, r, h for GRU: the weights' blocks are taken in
+// torch's order). Sequences [seq, batch, features] (layout 0) or
+// [batch, seq, features] (layout 1).
+void convert_recurrent(Node& n, RecurrentKind kind) {
+  const int64_t hidden = n.attr_int("hidden_size", 0);
+  if (hidden < 1) n.refuse("hidden_size is required");
+  const std::string direction = n.attr_string("direction", "forward");
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+    n.refuse(str_cat("direction '", direction, "'"));
+  }
+  const int64_t directions = direction == "bidirectional" ? 2 : 1;
+  const bool batch_first = n.attr_int("layout", 0) != 0;
+  if (n.attr("clip")) n.refuse("clip is not supported");
+  if (n.attr_int("input_forget", 0) != 0) n.refuse("input_forget = 1 is not supported");
+  if (kind == RecurrentKind::kGru && n.attr_int("linear_before_reset", 0) == 0) {
+    n.refuse("linear_before_reset = 0 is not supported (Tandem's GRU is torch's, = 1)");
+  }
+  const kernels::OpDef* op = nullptr;
+  Ints gate_order;  // ONNX's blocks in torch's order.
+  std::vector<std::string> activations;
+  switch (kind) {
+    case RecurrentKind::kRnn:
+      op = &kernels::rnn_tanh_op();
+      gate_order = {0};
+      activations = {"Tanh"};
+      break;
+    case RecurrentKind::kLstm:
+      op = &kernels::lstm_op();
+      gate_order = {0, 2, 3, 1};
+      activations = {"Sigmoid", "Tanh", "Tanh"};
+      break;
+    case RecurrentKind::kGru:
+      op = &kernels::gru_op();
+      gate_order = {1, 0, 2};
+      activations = {"Sigmoid", "Tanh"};
+      break;
+  }
+  if (const onnx::AttributeProto* a = n.attr("activations")) {
+    std::vector<std::string> given(a->strings().begin(), a->strings().end());
+    if (kind == RecurrentKind::kRnn && !given.empty() && given[0] == "Relu") {
+      op = &kernels::rnn_relu_op();
+      activations = {"Relu"};
+    }
+    for (size_t i = 0; i < given.size(); ++i) {
+      if (given[i] != activations[i % activations.size()]) {
+        n.refuse(str_cat("activation '", given[i], "' is not supported"));
+      }
+    }
+  }
+  if (n.has_input(4)) {
+    const int64_t steps = n.shape(0)[batch_first ? 1 : 0];
+    for (int64_t len : n.known_ints(4, "sequence_lens")) {
+      if (len != steps) n.refuse("sequences of different lengths are not supported");
+    }
+  }
+  if (n.has_input(7)) n.refuse("peepholes (P) are not supported");
+  const int64_t gates = int64_t(gate_order.size());
+  OnnxValue x = n.input(0);
+  if (!batch_first) x = n.op(kernels::transpose_op(), {{"perm", Ints{1, 0, 2}}}, {x});
+  const Shape xs = n.meta(x).shape;  // [batch, seq, features]
+  const int64_t batch = xs[0], steps = xs[1];
+  // Rows of [gates * hidden, ...] weights in torch's gate order.
+  Ints rows;
+  for (int64_t g : gate_order) {
+    for (int64_t h = 0; h < hidden; ++h) rows.push_back(g * hidden + h);
+  }
+  const OnnxValue order = n.constant(Tensor::from_vector<int64_t>(rows, Shape{gates * hidden}));
+  auto direction_slice = [&](const OnnxValue& v, int64_t d) {
+    const Shape s = n.meta(v).shape;
+    Ints rest(s.begin() + 1, s.end());
+    return reshape(
+        n,
+        n.op(kernels::slice_op(),
+             {{"axis", int64_t{0}}, {"begin", d}, {"end", d + 1}, {"step", int64_t{1}}}, {v}),
+        rest);
+  };
+  auto reordered = [&](const OnnxValue& v) {
+    return n.op(kernels::take_op(), {{"axis", int64_t{0}}}, {v, order});
+  };
+  std::vector<OnnxValue> ys, hs, cs;
+  for (int64_t d = 0; d < directions; ++d) {
+    const OnnxValue w = reordered(direction_slice(n.input(1), d));
+    const OnnxValue r = reordered(direction_slice(n.input(2), d));
+    OnnxValue bias_ih, bias_hh;
+    if (n.has_input(3)) {
+      const OnnxValue b = direction_slice(n.input(3), d);
+      auto half = [&](int64_t k) {
+        return reordered(n.op(kernels::slice_op(),
+                              {{"axis", int64_t{0}},
+                               {"begin", k * gates * hidden},
+                               {"end", (k + 1) * gates * hidden},
+                               {"step", int64_t{1}}},
+                              {b}));
+      };
+      bias_ih = half(0);
+      bias_hh = half(1);
+    } else {
+      bias_ih = bias_hh =
+          n.op(kernels::full_op(),
+               {{"shape", Ints{gates * hidden}}, {"dtype", n.dtype(0)}, {"value", 0.0}}, {});
+    }
+    const OnnxValue projected = n.op(kernels::linear_op(), {}, {x, w, bias_ih});
+    std::vector<OnnxValue> inputs = {projected, r, bias_hh};
+    Attrs attrs{{"reverse", direction == "reverse" || d == 1}};
+    auto initial = [&](size_t input, const char* name) {
+      if (!n.has_input(input)) return;
+      OnnxValue s = direction_slice(n.input(input), d);  // [batch, hidden]
+      inputs.push_back(s);
+      attrs.set(name, true);
+    };
+    initial(5, "initial_h");
+    if (kind == RecurrentKind::kLstm) initial(6, "initial_c");
+    const std::vector<OnnxValue> out = n.ops(*op, attrs, inputs);
+    ys.push_back(out[0]);  // [batch, seq, hidden]
+    hs.push_back(reshape(n, out[1], {1, batch, hidden}));
+    if (kind == RecurrentKind::kLstm) cs.push_back(reshape(n, out[2], {1, batch, hidden}));
+  }
+  auto joined = [&](const std::vector<OnnxValue>& parts, int64_t axis) {
+    return parts.size() == 1 ? parts[0] : n.op(kernels::concat_op(), {{"axis", axis}}, parts);
+  };
+  // Y: [seq, directions, batch, hidden], or [batch, seq, directions, hidden].
+  std::vector<OnnxValue> per_direction;
+  for (const OnnxValue& y : ys) {
+    per_direction.push_back(
+        batch_first ? reshape(n, y, {batch, steps, 1, hidden})
+                    : reshape(n, n.op(kernels::transpose_op(), {{"perm", Ints{1, 0, 2}}}, {y}),
+                              {steps, 1, batch, hidden}));
+  }
+  n.set_output(0, joined(per_direction, batch_first ? 2 : 1));
+  auto states = [&](const std::vector<OnnxValue>& parts) {
+    const OnnxValue s = joined(parts, 0);  // [directions, batch, hidden]
+    return batch_first ? n.op(kernels::transpose_op(), {{"perm", Ints{1, 0, 2}}}, {s}) : s;
+  };
+  n.set_output(1, states(hs));
+  if (kind == RecurrentKind::kLstm) n.set_output(2, states(cs));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1386,6 +1696,11 @@ const absl::flat_hash_map<std::string_view, OnnxConverter>& converters() {
       {"TopK", convert_topk},
       {"NegativeLogLikelihoodLoss", convert_nll},
       {"SoftmaxCrossEntropyLoss", convert_softmax_cross_entropy},
+      {"Resize", convert_resize},
+      {"Upsample", convert_upsample},
+      {"RNN", [](Node& n) { convert_recurrent(n, RecurrentKind::kRnn); }},
+      {"LSTM", [](Node& n) { convert_recurrent(n, RecurrentKind::kLstm); }},
+      {"GRU", [](Node& n) { convert_recurrent(n, RecurrentKind::kGru); }},
   };
   return *table;
 }

@@ -45,10 +45,12 @@ struct OnnxValue {
   // Computed from the data inputs' sizes (Shape, Size): a number that a
   // graph with free dimensions may hold in attributes only.
   bool from_sizes = false;
+  // The data input it is, if it is one: named when an op needs its value.
+  std::string data_input;
 
-  static OnnxValue in_graph(trace::ValueId id) { return {id, Tensor(), false}; }
+  static OnnxValue in_graph(trace::ValueId id) { return {id, Tensor(), false, {}}; }
   static OnnxValue of(Tensor value, bool from_sizes = false) {
-    return {-1, std::move(value), from_sizes};
+    return {-1, std::move(value), from_sizes, {}};
   }
   bool is_known() const { return known.defined(); }
 };

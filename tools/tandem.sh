@@ -34,8 +34,9 @@ PACKAGES=(
 # Installed by `bench` only, never by `deps` or CI: libtorch is the benchmarks' side-by-side peer,
 # not a dependency (bench/torch/ builds only where CMake finds it), and OpenBLAS's OpenMP build
 # gives it a real BLAS that shares its OpenMP pool (Note [libtorch configurations] in
-# bench/harness.h); python3-torch traces the TorchScript model bench_deploy loads.
-BENCH_PACKAGES=(libtorch-dev libopenblas0-openmp python3-torch python3-venv)
+# bench/harness.h); python3-torch traces the TorchScript model bench_deploy loads, and with
+# python3-torchvision exports the real models of bench_onnx (bench/onnx/export_models.py).
+BENCH_PACKAGES=(libtorch-dev libopenblas0-openmp python3-torch python3-torchvision python3-venv)
 
 # The benchmarks' PyPI peers, installed by `bench` only into the virtual environment build/peers:
 # the current PyTorch (whose wheel also carries libtorch for C++; bench/torch/torch_peer is built

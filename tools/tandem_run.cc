@@ -33,16 +33,19 @@ using tandem::Tensor;
 struct Arguments {
   std::string model;
   std::map<std::string, std::string> inputs;  // Name -> .npy path; "" when unnamed.
+  std::map<std::string, std::string> known;   // ONNX inputs fixed at import: name -> .npy.
   std::string output_dir;
   int repeat = 0;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   if (!problem.empty()) std::cerr << "tandem-run: " << problem << "\n";
-  std::cerr << "usage: tandem-run MODEL.json|MODEL.onnx [--input NAME=FILE.npy]... [--output DIR] "
-               "[--repeat N]\n"
+  std::cerr << "usage: tandem-run MODEL.json|MODEL.onnx [--input NAME=FILE.npy]... "
+               "[--known NAME=FILE.npy]... [--output DIR] [--repeat N]\n"
                "  --input   a model input from a NumPy .npy file (NAME= may be left out\n"
                "            when the model has one input)\n"
+               "  --known   NAME=FILE.npy: an ONNX input fixed at import (one an op needs as\n"
+               "            a value, such as a Reshape's shape); the model no longer takes it\n"
                "  --output  write each output as DIR/<output name>.npy\n"
                "  --repeat  time N more calls and print the latency distribution\n";
   std::exit(2);
@@ -62,6 +65,13 @@ Arguments parse_arguments(int argc, char** argv) {
       std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
       if (!args.inputs.emplace(name, spec.substr(eq == std::string::npos ? 0 : eq + 1)).second) {
         usage("input '" + name + "' given twice");
+      }
+    } else if (arg == "--known") {
+      std::string spec = value();
+      size_t eq = spec.find('=');
+      if (eq == std::string::npos) usage("--known takes NAME=FILE.npy, got '" + spec + "'");
+      if (!args.known.emplace(spec.substr(0, eq), spec.substr(eq + 1)).second) {
+        usage("known input '" + spec.substr(0, eq) + "' given twice");
       }
     } else if (arg == "--output") {
       args.output_dir = value();
@@ -84,6 +94,7 @@ Arguments parse_arguments(int argc, char** argv) {
     }
   }
   if (args.model.empty()) usage("no model given");
+  if (!args.known.empty() && !args.model.ends_with(".onnx")) usage("--known is for ONNX models");
   return args;
 }
 

@@ -598,4 +598,9 @@ void register_recurrence_ops(Registry& registry) {
   register_cell<RecurrentCell::kGru>(registry, "GRU");
 }
 
+const OpDef& rnn_tanh_op() { return op_def<"rnn_tanh">(); }
+const OpDef& rnn_relu_op() { return op_def<"rnn_relu">(); }
+const OpDef& lstm_op() { return op_def<"lstm">(); }
+const OpDef& gru_op() { return op_def<"gru">(); }
+
 }  // namespace tandem::kernels

@@ -74,9 +74,11 @@ const std::map<std::string, std::set<std::string>> kNotOpNames = {
     {"kernels/ops/norm.cc", {"mean", "var"}},
     // A value of interpolate's "mode" attribute.
     {"kernels/ops/interpolate.cc", {"linear"}},
-    // Tandem's attribute names (clip's "min" and "max") and ONNX's: Split's
-    // "split", the "add" and "sum"/"mean" reductions.
-    {"serialization/onnx_ops.cc", {"min", "max", "split", "add", "sum", "mean"}},
+    // Tandem's attribute names (clip's "min" and "max") and ONNX's names and
+    // values: Split's "split", the "add" and "sum"/"mean" reductions,
+    // Resize's "linear" mode and "floor"/"ceil" nearest modes, LSTM's "clip".
+    {"serialization/onnx_ops.cc",
+     {"min", "max", "split", "add", "sum", "mean", "linear", "floor", "ceil", "clip"}},
     // torch's names of a transformer layer's child module and activations.
     {"eager/nn/transformer.cc", {"dropout", "gelu", "relu"}},
 };

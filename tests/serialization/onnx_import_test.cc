@@ -179,7 +179,29 @@ TEST(OnnxImportTest, ListsEveryRefusedNodeAtOnce) {
                          "node 'a_node' (FancyOp, opset 13): Tandem has no conversion",
                          "node 'c_node' (Reshape, opset 13): shape (input 1) must be known at "
                          "import",
-                         "node 'd_node' (Sin, opset 13): domain 'com.example'"});
+                         "node 'd_node' (Sin, opset 13): domain 'com.example'",
+                         "inputs the import needs as values: 'shape'"});
+}
+
+TEST(OnnxImportTest, KnownInputsAreBoundAtImport) {
+  onnx::ModelProto m = model_with_opset(13);
+  onnx::GraphProto& g = *m.mutable_graph();
+  add_input(g, "x", {"2", "3"});
+  add_input(g, "shape", {"2"});
+  g.mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto_DataType_INT64);
+  add_node(g, "Reshape", {"x", "shape"}, {"y"});
+  g.add_output()->set_name("y");
+  OnnxImportOptions options;
+  options.known_inputs["shape"] = Tensor::from_vector<int64_t>({3, -1}, Shape{2});
+  const LoadedModel model = import_onnx(bytes_of(m), "reshape.onnx", options);
+  ASSERT_EQ(model.inputs().size(), 1u);  // `shape` is part of the model now.
+  const Tensor y = model.run({Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{2, 3})}).at(0);
+  EXPECT_EQ(y.shape(), (Shape{3, 2}));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  options.known_inputs["nope"] = y;
+  testing::expect_error([&] { import_onnx(bytes_of(m), "reshape.onnx", options); },
+                        {"known_inputs names 'nope', which is not an input of the model"});
 }
 
 TEST(OnnxImportTest, SizesUsedAsTensorsAreRefusedWithFreeDimensions) {
