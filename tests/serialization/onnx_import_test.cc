@@ -160,13 +160,18 @@ TEST(OnnxImportTest, ConvertedModelLoadsAndAnswersTheSame) {
   fs::remove_all(dir);
 }
 
-TEST(OnnxImportTest, ListsEveryRefusedNodeAtOnce) {
-  onnx::ModelProto m = model_with_opset(13);
-  onnx::GraphProto& g = *m.mutable_graph();
+// Inputs x, float [2, 3], and shape, int64 [2] (for a Reshape).
+void add_data_and_shape_inputs(onnx::GraphProto& g) {
   add_input(g, "x", {"2", "3"});
   add_input(g, "shape", {"2"});
   g.mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(
       onnx::TensorProto_DataType_INT64);
+}
+
+TEST(OnnxImportTest, ListsEveryRefusedNodeAtOnce) {
+  onnx::ModelProto m = model_with_opset(13);
+  onnx::GraphProto& g = *m.mutable_graph();
+  add_data_and_shape_inputs(g);
   add_node(g, "FancyOp", {"x"}, {"a"});
   add_node(g, "Relu", {"a"}, {"b"});  // Depends on a refused node: not listed again.
   add_node(g, "Reshape", {"x", "shape"}, {"c"});
@@ -186,10 +191,7 @@ TEST(OnnxImportTest, ListsEveryRefusedNodeAtOnce) {
 TEST(OnnxImportTest, KnownInputsAreBoundAtImport) {
   onnx::ModelProto m = model_with_opset(13);
   onnx::GraphProto& g = *m.mutable_graph();
-  add_input(g, "x", {"2", "3"});
-  add_input(g, "shape", {"2"});
-  g.mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(
-      onnx::TensorProto_DataType_INT64);
+  add_data_and_shape_inputs(g);
   add_node(g, "Reshape", {"x", "shape"}, {"y"});
   g.add_output()->set_name("y");
   OnnxImportOptions options;
