@@ -1,5 +1,6 @@
 #include "serialization/onnx_import.h"
 
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -98,7 +99,7 @@ class OnnxGraphBuilder {
         }
         continue;
       }
-      graph.add_output(materialize(it->second, "graph output"), output.name());
+      graph.add_output(materialize(it->second), output.name());
     }
     if (!problems_.empty()) {
       std::string text = str_cat("ONNX file '", model_.name, "' (opset ", model_.opset,
@@ -115,8 +116,9 @@ class OnnxGraphBuilder {
   }
 
   trace::Graph graph;
-  std::vector<std::string> sources;  // Per graph node, the ONNX node it came from.
-  std::vector<StateInput> state;     // Per kState input, in order.
+  std::vector<std::string> sources;      // Per graph node, the ONNX node it came from.
+  std::vector<StateInput> state;         // Per kState input, in order.
+  std::vector<std::string> state_users;  // Per kState input, the node that first read it.
 
  private:
   friend class OnnxNodeBuilder;
@@ -152,13 +154,14 @@ class OnnxGraphBuilder {
   // The graph value of `value`, adding a known one as a state input: an
   // initializer as a parameter under its own name, a computed one as a
   // constant.
-  trace::ValueId materialize(const OnnxValue& value, std::string_view use) {
+  trace::ValueId materialize(const OnnxValue& value) {
     if (value.id >= 0) return value.id;
     if (value.from_sizes && has_free_dims_) {
       // A tensor of one repeated value (zeros of the batch's size, as
       // torch's exports make for a recurrence's initial state) is a `full`
-      // op, whose shape attribute follows the free dimensions; other
-      // tensors computed from sizes cannot.
+      // op, whose shape attribute follows the free dimensions; another
+      // becomes a constant, which check_constants_stay then requires to
+      // hold the same values at every size.
       if (std::optional<double> fill = uniform_value(value.known)) {
         const trace::ValueId id =
             graph
@@ -172,10 +175,6 @@ class OnnxGraphBuilder {
         sources.push_back(current_);
         return id;
       }
-      throw OnnxRefusal{
-          str_cat("a tensor computed from the inputs' sizes is used as ", use,
-                  "; Tandem holds such numbers in attributes only, so the model cannot have free "
-                  "dimensions (give every input a fixed size)")};
     }
     const void* key = value.known.raw_data();
     if (auto it = materialized_.find(key); it != materialized_.end()) return it->second;
@@ -186,6 +185,7 @@ class OnnxGraphBuilder {
         graph.add_input(name, trace::InputKind::kState, value.known.shape(), value.known.dtype());
     state.push_back({std::move(name), value.known,
                      is_initializer ? InputRole::kParameter : InputRole::kConstant});
+    state_users.push_back(current_);
     materialized_[key] = id;
     return id;
   }
@@ -341,7 +341,7 @@ std::vector<OnnxValue> OnnxNodeBuilder::ops(const kernels::OpDef& op, const kern
   }
   std::vector<trace::ValueId> ids;
   for (const OnnxValue& v : inputs) {
-    ids.push_back(graph_.materialize(v, str_cat("an input of ", op.name)));
+    ids.push_back(graph_.materialize(v));
   }
   for (trace::ValueId id : graph_.graph.add_node(op, attrs, std::move(ids))) {
     outputs.push_back(OnnxValue::in_graph(id));
@@ -457,12 +457,35 @@ struct BuiltGraph {
   trace::Graph graph;
   std::vector<std::string> sources;
   std::vector<StateInput> state;
+  std::vector<std::string> state_users;
 };
+
+// Throws unless the constants of `other` (built at other sizes) hold the
+// values `built`'s do: a tensor import computed from the sizes (a mask, a
+// resampling's taps) is one constant of the graph only if it does not move.
+void check_constants_stay(const BuiltGraph& built, const BuiltGraph& other,
+                          const trace::SymbolValues& sizes) {
+  if (other.state.size() != built.state.size()) return;  // The fit names the difference.
+  for (size_t i = 0; i < built.state.size(); ++i) {
+    const Tensor& a = built.state[i].tensor;
+    const Tensor& b = other.state[i].tensor;
+    if (a.shape() != b.shape() || a.dtype() != b.dtype()) continue;  // The fit refuses those.
+    a.wait_to_read();
+    b.wait_to_read();
+    TANDEM_CHECK(a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0,
+                 "the tensor '", built.state[i].name, "' that ", built.state_users[i],
+                 " reads is computed at import from the inputs' sizes and holds other values at ",
+                 trace::values_text(sizes),
+                 "; one graph cannot follow it, so the model cannot have these free dimensions "
+                 "(give the inputs fixed sizes, in the file or with known_inputs)");
+  }
+}
 
 BuiltGraph build_at(const OnnxModel& model, const trace::SymbolValues& sizes) {
   OnnxGraphBuilder builder(model, sizes);
   builder.build();
-  return {std::move(builder.graph), std::move(builder.sources), std::move(builder.state)};
+  return {std::move(builder.graph), std::move(builder.sources), std::move(builder.state),
+          std::move(builder.state_users)};
 }
 
 }  // namespace
@@ -489,8 +512,9 @@ LoadedModel import(const serialization::OnnxModel& model, const OnnxImportOption
     std::vector<trace::Graph> graphs;
     graphs.push_back(built.graph);
     for (size_t p = 1; p < plan.points.size(); ++p) {
+      serialization::BuiltGraph other;
       try {
-        graphs.push_back(serialization::build_at(model, plan.points[p]).graph);
+        other = serialization::build_at(model, plan.points[p]);
       } catch (const Error& e) {
         if (p >= plan.first_extra_check()) {
           plan.drop_check(p--);  // Sizes the model refuses: not a check.
@@ -499,6 +523,12 @@ LoadedModel import(const serialization::OnnxModel& model, const OnnxImportOption
         throw Error(str_cat("import_onnx('", model.name, "'): the model cannot be built at ",
                             trace::values_text(plan.points[p]), ": ", e.message()));
       }
+      try {
+        serialization::check_constants_stay(built, other, plan.points[p]);
+      } catch (const Error& e) {
+        throw Error(str_cat("import_onnx('", model.name, "'): ", e.message()));
+      }
+      graphs.push_back(std::move(other.graph));
     }
     try {
       symbolic = trace::fit_symbolic_shapes(plan, graphs, built.sources);

@@ -186,8 +186,16 @@ void convert_shrink(Node& n) {
 }
 void convert_prelu(Node& n) {
   const OnnxValue x = n.input(0);
+  OnnxValue slope = n.input(1);
+  // Before opset 7 a slope of C values is per channel (axis 1).
+  const Shape xs = n.shape(0), ss = n.meta(slope).shape;
+  if (n.opset() < 7 && ss.rank() == 1 && xs.rank() >= 2 && ss[0] == xs[1] && ss[0] != 1) {
+    Ints d(size_t(xs.rank() - 1), 1);
+    d[0] = ss[0];
+    slope = reshape(n, slope, d);
+  }
   const OnnxValue negative = n.op(kernels::lt_op(), {}, {x, scalar_like(n, x, 0)});
-  n.set_output(0, n.op(kernels::where_op(), {}, {negative, ew2<ew::Mul>(n, x, n.input(1)), x}));
+  n.set_output(0, n.op(kernels::where_op(), {}, {negative, ew2<ew::Mul>(n, x, slope), x}));
 }
 void convert_clip(Node& n) {
   if (!is_floating_point(n.dtype(0))) n.refuse("Clip of integers is not supported");
@@ -792,8 +800,8 @@ struct Window {
 Window window_of(Node& n, const Shape& x, Ints kernel) {
   Window w;
   w.spatial = x.rank() - 2;
-  if (w.spatial != 1 && w.spatial != 2) {
-    n.refuse(str_cat(w.spatial, "-D windows are not supported (1-D and 2-D are)"));
+  if (w.spatial < 1 || w.spatial > 3) {
+    n.refuse(str_cat(w.spatial, "-D windows are not supported (1-D to 3-D are)"));
   }
   const size_t k = size_t(w.spatial);
   if (kernel.size() != k) n.refuse("kernel_shape does not match the input's rank");
@@ -848,11 +856,93 @@ OnnxValue pad_explicitly(Node& n, const OnnxValue& x, Window& w, double value) {
   return n.op(kernels::pad_op(), {{"pads", pads}, {"value", value}}, {x});
 }
 
+// 3-D windows on Tandem's 2-D ops: each depth tap k of the window reads
+// the depth positions od * stride + k * dilation of the (explicitly padded)
+// input; height and width go through the 2-D op on every such position,
+// with the batch and those positions merged, and the taps are combined.
+struct DepthTaps {
+  int64_t outputs = 0;          // Output depth.
+  std::vector<OnnxValue> taps;  // Per tap: [N, C, outputs, H, W].
+};
+
+DepthTaps depth_taps(Node& n, const OnnxValue& x, const Window& w) {
+  const int64_t depth = n.meta(x).shape[2];
+  const int64_t extent = (w.kernel[0] - 1) * w.dilations[0] + 1;
+  if (depth < extent) n.refuse("the window is deeper than the padded input");
+  DepthTaps d;
+  d.outputs = (depth - extent) / w.strides[0] + 1;
+  for (int64_t k = 0; k < w.kernel[0]; ++k) {
+    Ints positions;
+    for (int64_t o = 0; o < d.outputs; ++o)
+      positions.push_back(o * w.strides[0] + k * w.dilations[0]);
+    d.taps.push_back(
+        n.op(kernels::take_op(), {{"axis", int64_t{2}}},
+             {x, n.constant(Tensor::from_vector<int64_t>(positions, Shape{d.outputs}))}));
+  }
+  return d;
+}
+
+// [N, C, D, H, W] as [N * D, C, H, W], and back.
+OnnxValue depth_into_batch(Node& n, const OnnxValue& x) {
+  const Shape s = n.meta(x).shape;
+  const OnnxValue t = n.op(kernels::transpose_op(), {{"perm", Ints{0, 2, 1, 3, 4}}}, {x});
+  return reshape(n, t, {s[0] * s[2], s[1], s[3], s[4]});
+}
+OnnxValue depth_out_of_batch(Node& n, const OnnxValue& y, int64_t batch, int64_t depth) {
+  const Shape s = n.meta(y).shape;
+  const OnnxValue r = reshape(n, y, {batch, depth, s[1], s[2], s[3]});
+  return n.op(kernels::transpose_op(), {{"perm", Ints{0, 2, 1, 3, 4}}}, {r});
+}
+
+// The height-and-width part of a 3-D window.
+Window plane_of(const Window& w) {
+  Window p;
+  p.spatial = 2;
+  p.kernel = {w.kernel[1], w.kernel[2]};
+  p.strides = {w.strides[1], w.strides[2]};
+  p.dilations = {w.dilations[1], w.dilations[2]};
+  p.pads_begin = {w.pads_begin[1], w.pads_begin[2]};
+  p.pads_end = {w.pads_end[1], w.pads_end[2]};
+  return p;
+}
+
+void convert_conv3d(Node& n, Window w) {
+  const Shape ws = n.shape(1);
+  const int64_t batch = n.shape(0)[0], groups = n.attr_int("group", 1);
+  const OnnxValue x = pad_explicitly(n, n.input(0), w, 0);
+  const Window plane = plane_of(w);
+  const DepthTaps d = depth_taps(n, x, w);
+  const OnnxValue zero_bias =
+      n.op(kernels::full_op(), {{"shape", Ints{ws[0]}}, {"dtype", n.dtype(0)}, {"value", 0.0}}, {});
+  OnnxValue sum;
+  for (size_t k = 0; k < d.taps.size(); ++k) {
+    const OnnxValue weight = reshape(n,
+                                     n.op(kernels::slice_op(),
+                                          {{"axis", int64_t{2}},
+                                           {"begin", int64_t(k)},
+                                           {"end", int64_t(k) + 1},
+                                           {"step", int64_t{1}}},
+                                          {n.input(1)}),
+                                     {ws[0], ws[1], ws[3], ws[4]});
+    const OnnxValue y = n.op(kernels::conv2d_op(),
+                             {{"stride", plane.strides},
+                              {"padding", Ints{0, 0}},
+                              {"dilation", plane.dilations},
+                              {"groups", groups}},
+                             {depth_into_batch(n, d.taps[k]), weight, zero_bias});
+    sum = k == 0 ? y : ew2<ew::Add>(n, sum, y);
+  }
+  OnnxValue y = depth_out_of_batch(n, sum, batch, d.outputs);
+  if (n.has_input(2)) y = ew2<ew::Add>(n, y, reshape(n, n.input(2), {ws[0], 1, 1, 1}));
+  n.set_output(0, y);
+}
+
 void convert_conv(Node& n) {
   const Shape xs = n.shape(0), ws = n.shape(1);
   if (ws.rank() != xs.rank()) n.refuse("the weight's rank differs from the input's");
   Ints kernel = n.attr_ints("kernel_shape").value_or(Ints(ws.begin() + 2, ws.end()));
   Window w = window_of(n, xs, kernel);
+  if (w.spatial == 3) return convert_conv3d(n, w);
   OnnxValue x = n.input(0), weight = n.input(1);
   if (!w.symmetric()) x = pad_explicitly(n, x, w, 0);
   const bool one_d = w.spatial == 1;
@@ -988,23 +1078,56 @@ void convert_pool(Node& n, bool max) {
   Window w = window_of(n, xs, *kernel);
   if (n.wants_output(1)) n.refuse("the Indices output is not supported");
   if (!max && w.dilations != Ints(size_t(w.spatial), 1)) n.refuse("dilated AveragePool");
+  bool include_pad = max || n.attr_int("count_include_pad", 0) != 0;
   if (n.attr_int("ceil_mode", 0) != 0) {
+    // The last, partial windows: pad the end so that they are whole, with
+    // what a max ignores, or, for a mean over the input's positions only,
+    // with zeros the division by each window's share leaves out.
     for (int i = 0; i < w.spatial; ++i) {
       const size_t s = size_t(i);
       const int64_t pads = w.pads_begin[s] + w.pads_end[s];
-      if (pooled(xs[i + 2], pads, w.kernel[s], w.strides[s], w.dilations[s], true) !=
-          pooled(xs[i + 2], pads, w.kernel[s], w.strides[s], w.dilations[s], false)) {
-        n.refuse("ceil_mode = 1 where it changes the output size");
-      }
+      const int64_t ceil = pooled(xs[i + 2], pads, w.kernel[s], w.strides[s], w.dilations[s], true);
+      const int64_t floor =
+          pooled(xs[i + 2], pads, w.kernel[s], w.strides[s], w.dilations[s], false);
+      if (ceil == floor) continue;
+      if (!max && include_pad)
+        n.refuse("ceil_mode = 1 with count_include_pad = 1 where it changes the output size");
+      const int64_t extent = (w.kernel[s] - 1) * w.dilations[s] + 1;
+      w.pads_end[s] += (ceil - 1) * w.strides[s] + extent - (xs[i + 2] + pads);
     }
   }
-  const bool include_pad = max || n.attr_int("count_include_pad", 0) != 0;
   const Ints no_pads(size_t(w.spatial), 0);
   const bool padded = w.pads_begin != no_pads || w.pads_end != no_pads;
   OnnxValue x = n.input(0);
   const double fill = max ? -std::numeric_limits<double>::infinity() : 0.0;
-  auto pool = [&](OnnxValue v, Window win) {
-    if (!win.symmetric()) v = pad_explicitly(n, v, win, fill);
+  auto pool = [&](OnnxValue v, Window win, double pad_value) {
+    // Tandem's pools pad at most half a window, symmetrically; ONNX's may
+    // pad more, or unevenly: then the padding is an op of its own.
+    bool explicit_pads = !win.symmetric();
+    for (int i = 0; i < win.spatial; ++i) {
+      explicit_pads = explicit_pads || 2 * win.pads_begin[size_t(i)] > win.kernel[size_t(i)];
+    }
+    if (win.spatial == 3) {
+      // Height and width pooled at every depth position, then the depth
+      // taps combined: max, or the mean (sum over the kernel's depth).
+      v = pad_explicitly(n, v, win, pad_value);
+      const Shape s = n.meta(v).shape;
+      const Window plane = plane_of(win);
+      Attrs attrs{{"kernel", plane.kernel}, {"stride", plane.strides}, {"padding", Ints{0, 0}}};
+      if (max) attrs.set("dilation", plane.dilations);
+      OnnxValue planes = n.op(max ? kernels::max_pool2d_op() : kernels::avg_pool2d_op(), attrs,
+                              {reshape(n, v, {s[0], s[1] * s[2], s[3], s[4]})});
+      const Shape ps = n.meta(planes).shape;
+      planes = reshape(n, planes, {s[0], s[1], s[2], ps[2], ps[3]});
+      const DepthTaps d = depth_taps(n, planes, win);
+      OnnxValue y = d.taps[0];
+      for (size_t k = 1; k < d.taps.size(); ++k) {
+        y = max ? ew2<ew::Maximum>(n, y, d.taps[k]) : ew2<ew::Add>(n, y, d.taps[k]);
+      }
+      if (!max) y = ew2<ew::Div>(n, y, scalar_like(n, y, double(win.kernel[0])));
+      return y;
+    }
+    if (explicit_pads) v = pad_explicitly(n, v, win, pad_value);
     const bool one_d = win.spatial == 1;
     if (one_d) v = as_2d(n, v);
     Attrs attrs{{"kernel", pair(win, win.kernel, 1)},
@@ -1019,7 +1142,7 @@ void convert_pool(Node& n, bool max) {
     }
     return y;
   };
-  OnnxValue y = pool(x, w);
+  OnnxValue y = pool(x, w, fill);
   if (!include_pad && padded) {
     // Mean over the window's input positions only: divide by the share of
     // each window that lies in the input (the pool of ones, known at import).
@@ -1027,7 +1150,7 @@ void convert_pool(Node& n, bool max) {
     ones_shape[0] = ones_shape[1] = 1;
     const OnnxValue ones = n.op(kernels::full_op(),
                                 {{"shape", ones_shape}, {"dtype", n.dtype(0)}, {"value", 1.0}}, {});
-    OnnxValue share = pool(ones, w);
+    OnnxValue share = pool(ones, w, 0.0);
     share.from_sizes = true;
     y = ew2<ew::Div>(n, y, share);
   }

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -120,20 +121,47 @@ std::set<std::string> inputs_needed_as_values(const std::string& message) {
   return names;
 }
 
+// The values of the `bound` inputs in the case's first data set, or nothing
+// when it has none.
+std::optional<std::map<std::string, Tensor>> first_set_values(
+    const fs::path& dir, const std::set<std::string>& bound,
+    const std::vector<std::string>& names) {
+  std::map<std::string, Tensor> values;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!bound.contains(names[i])) continue;
+    const fs::path file = dir / "test_data_set_0" / str_cat("input_", i, ".pb");
+    if (!fs::exists(file)) return std::nullopt;
+    values[names[i]] = read_tensor(file);
+  }
+  return values;
+}
+
 // A case imported as it is, or, when an op needs some of its inputs as
 // values (a Reshape's shape given as an input), with those bound at import
 // to each data set's values (OnnxImportOptions::known_inputs): "pass" or
 // "pass-bound".
 Result run_case(const fs::path& dir) {
   const fs::path model_path = dir / "model.onnx";
-  std::set<std::string> bound;
-  try {
-    import_onnx(model_path.string());
-  } catch (const Error& e) {
-    bound = inputs_needed_as_values(e.message());
-    if (bound.empty()) return {Outcome::kRefused, e.message()};
-  }
+  // An import stops at a node's first missing value: bind what it names,
+  // then try again (with zeros: only which inputs are needed matters here).
   const std::vector<std::string> names = data_input_names(model_path);
+  std::set<std::string> bound;
+  for (size_t attempt = 0; attempt <= names.size(); ++attempt) {
+    OnnxImportOptions probe;
+    try {
+      const std::optional<std::map<std::string, Tensor>> values =
+          first_set_values(dir, bound, names);
+      if (!values) break;
+      probe.known_inputs = *values;
+      import_onnx(model_path.string(), probe);
+      break;
+    } catch (const Error& e) {
+      std::set<std::string> needed = inputs_needed_as_values(e.message());
+      const size_t before = bound.size();
+      bound.insert(needed.begin(), needed.end());
+      if (bound.size() == before) return {Outcome::kRefused, e.message()};
+    }
+  }
   std::vector<fs::path> sets;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     if (e.is_directory() && e.path().filename().string().starts_with("test_data_set_")) {

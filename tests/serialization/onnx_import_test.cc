@@ -207,18 +207,37 @@ TEST(OnnxImportTest, KnownInputsAreBoundAtImport) {
 }
 
 TEST(OnnxImportTest, SizesUsedAsTensorsAreRefusedWithFreeDimensions) {
+  // z * float(shape(x)): the tensor [N, 3] is computed at import and would
+  // be a constant of the graph, which cannot follow N.
   onnx::ModelProto m = model_with_opset(13);
   onnx::GraphProto& g = *m.mutable_graph();
   add_input(g, "x", {"N", "3"});
+  add_input(g, "z", {"2"});
   add_node(g, "Shape", {"x"}, {"s"});
   add_node(g, "Cast", {"s"}, {"sf"})->add_attribute()->set_name("to");
   auto* to = g.mutable_node(1)->mutable_attribute(0);
   to->set_type(onnx::AttributeProto_AttributeType_INT);
   to->set_i(onnx::TensorProto_DataType_FLOAT);
-  add_node(g, "Mul", {"x", "sf"}, {"y"});
+  add_node(g, "Mul", {"z", "sf"}, {"y"});
   g.add_output()->set_name("y");
   testing::expect_error([&] { import_onnx(bytes_of(m), "sizes.onnx"); },
-                        {"node 'y_node' (Mul, opset 13)", "computed from the inputs' sizes"});
+                        {"import_onnx('sizes.onnx'): the tensor 'constant0' that node 'y_node' "
+                         "(Mul, opset 13) reads is computed at import from the inputs' sizes and "
+                         "holds other values at N = "});
+  // With N fixed it is a constant like any other.
+  g.mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_value(5);
+  const LoadedModel model = import_onnx(bytes_of(m), "sizes.onnx");
+  const Tensor y = model
+                       .run({Tensor::from_vector<float>(
+                                 {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, Shape{5, 3}),
+                             Tensor::from_vector<float>({2, 10}, Shape{2})})
+                       .at(0);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{10, 30}));
 }
 
 TEST(OnnxImportTest, HostileFilesAreErrors) {
