@@ -162,8 +162,9 @@ class ScratchFolder {
 void check_exported_model(
     const std::string& written, const std::vector<Tensor>& example,
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
-    const std::string& what, bool at_traced) {
-  LoadedModel loaded = load(written);
+    const std::string& what, bool at_traced,
+    const std::function<LoadedModel(const std::string&)>& read) {
+  LoadedModel loaded = read ? read(written) : load(written);
   std::vector<Tensor> got;
   try {
     got = loaded.run(example);
@@ -185,10 +186,12 @@ void check_exported_model(
                  " at input shape ",
                  example.empty() ? std::string("[]") : example[0].shape().to_string(), ": ", *d,
                  "; ",
-                 at_traced ? locate(loaded.file(), written, example, o)
-                           : std::string("the traced shapes agree, so the graph does not follow "
-                                         "its free dimensions there (a Tandem bug: please report "
-                                         "it)"),
+                 read        ? std::string("the file, read back, computes something else (a Tandem "
+                                                  "bug: please report it)")
+                 : at_traced ? locate(loaded.file(), written, example, o)
+                             : std::string("the traced shapes agree, so the graph does not follow "
+                                           "its free dimensions there (a Tandem bug: please report "
+                                           "it)"),
                  ". Nothing was written (ExportOptions{.check = false} skips the check)");
   }
 }
@@ -198,13 +201,15 @@ void check_exported_model(
 void check_export(const std::function<void(const std::string& path)>& write,
                   const trace::Graph& graph,
                   const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
-                  const std::string& what, absl::Span<const std::vector<Shape>> other_shapes) {
+                  const std::string& what, absl::Span<const std::vector<Shape>> other_shapes,
+                  const std::function<LoadedModel(const std::string&)>& read) {
   ScratchFolder scratch;
   const std::string trial = scratch.file("model");
   write(trial);
-  check_exported_model(trial, example_inputs(graph), eager, what, /*at_traced=*/true);
+  check_exported_model(trial, example_inputs(graph), eager, what, /*at_traced=*/true, read);
   for (const std::vector<Shape>& shapes : other_shapes) {
-    check_exported_model(trial, example_inputs(graph, shapes), eager, what, /*at_traced=*/false);
+    check_exported_model(trial, example_inputs(graph, shapes), eager, what, /*at_traced=*/false,
+                         read);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 
 #include "core/tensor.h"
+#include "serialization/model.h"
 #include "trace/graph.h"
 
 namespace tandem {
@@ -38,9 +39,12 @@ namespace tandem {
 // float32 rounding of the outputs' scale; the message starts with `what`,
 // names the output, element and both values, and the node where the two
 // part with its traced line.
+// `read` loads the trial copy (default: tandem::load; an ONNX export reads
+// it back with tandem::import_onnx).
 void check_export(const std::function<void(const std::string& path)>& write,
                   const trace::Graph& graph,
                   const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& eager,
-                  const std::string& what, absl::Span<const std::vector<Shape>> other_shapes = {});
+                  const std::string& what, absl::Span<const std::vector<Shape>> other_shapes = {},
+                  const std::function<LoadedModel(const std::string& path)>& read = nullptr);
 
 }  // namespace tandem

@@ -23,6 +23,8 @@
 #include "eager/symbolic_trace.h"
 #include "kernels/dispatch.h"
 #include "kernels/known_ops.h"
+#include "serialization/onnx_export.h"
+#include "serialization/onnx_import.h"
 #include "trace/passes/pipeline.h"
 #include "trace/subgraph.h"
 #include "trace/tracer.h"
@@ -1077,7 +1079,8 @@ void HybridFunction::export_model(const std::string& path,
       if (example[i].shape.rank() > 0) free[str_cat("input", i)] = {{0, "batch"}};
     }
   }
-  const std::string what = str_cat("export_model('", path, "')");
+  const bool onnx = options.format == ExportOptions::Format::kOnnx;
+  const std::string what = str_cat(onnx ? "export_onnx('" : "export_model('", path, "')");
   // The inference the graph computes, run eagerly, leaving the generator as
   // it was.
   auto eager = [&](const std::vector<Tensor>& inputs) {
@@ -1108,6 +1111,13 @@ void HybridFunction::export_model(const std::string& path,
                      tensor.requires_grad() ? serialization::InputRole::kParameter
                                             : serialization::InputRole::kBuffer});
   }
+  auto write = [&](const std::string& to) {
+    if (onnx) {
+      serialization::export_onnx(to, traced.graph, state, traced.symbolic, traced.sources, what);
+    } else {
+      serialization::export_graph(to, traced.graph, state, traced.symbolic);
+    }
+  };
   if (options.check) {
     std::vector<std::vector<Shape>> other_shapes;
     if (traced.plan.points.size() > 1) {
@@ -1115,13 +1125,18 @@ void HybridFunction::export_model(const std::string& path,
       other_shapes.push_back(
           shapes_at(traced, traced.plan.points[traced.plan.first_extra_check() - 1]));
     }
-    check_export(
-        [&](const std::string& trial) {
-          serialization::export_graph(trial, traced.graph, state, traced.symbolic);
-        },
-        traced.graph, eager, what, other_shapes);
+    std::function<LoadedModel(const std::string&)> read;
+    if (onnx) read = [](const std::string& trial) { return import_onnx(trial); };
+    check_export(write, traced.graph, eager, what, other_shapes, read);
   }
-  serialization::export_graph(path, traced.graph, state, traced.symbolic);
+  write(path);
+}
+
+void HybridFunction::export_onnx(const std::string& path,
+                                 absl::Span<const std::pair<std::string, Tensor>> names,
+                                 ExportOptions options) const {
+  options.format = ExportOptions::Format::kOnnx;
+  export_model(path, names, options);
 }
 
 HybridFunction hybridize(HybridFunction::Fn fn, HybridizeOptions options) {

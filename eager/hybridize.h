@@ -149,6 +149,11 @@ class HybridFunction {
   void export_model(const std::string& path,
                     absl::Span<const std::pair<std::string, Tensor>> names = {},
                     const ExportOptions& options = {}) const;
+  // The same graph as one ONNX file at `path` (serialization/onnx_export.h),
+  // checked by reading it back with tandem::import_onnx.
+  void export_onnx(const std::string& path,
+                   absl::Span<const std::pair<std::string, Tensor>> names = {},
+                   ExportOptions options = {}) const;
 
  private:
   struct Impl;

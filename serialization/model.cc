@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "serialization/file_io.h"
 #include "serialization/file_name.h"
+#include "serialization/onnx_export.h"
 #include "trace/executor.h"
 #include "trace/passes/pipeline.h"
 
@@ -305,6 +306,18 @@ void LoadedModel::export_model(const std::string& path) const {
       params.push_back({input.name, impl_->params[next++]});
   }
   serialization::write_model_files(path, file, params);
+}
+
+void LoadedModel::export_onnx(const std::string& path) const {
+  const GraphFile& file = impl_->file;
+  std::vector<serialization::StateInput> state;
+  size_t next = 0;
+  for (size_t i = 0; i < file.graph.inputs.size(); ++i) {
+    const trace::GraphInput& input = file.graph.inputs[i];
+    if (input.kind == trace::InputKind::kData) continue;
+    state.push_back({input.name, impl_->params[next++], file.inputs[i].role});
+  }
+  serialization::export_onnx(path, file.graph, state, file.symbolic, file.node_sources);
 }
 
 LoadedModel load(const std::string& path) {

@@ -61,6 +61,11 @@ struct ExportOptions {
   // written (eager/export_check.h). Off: write without the check (one
   // model call and one load cheaper).
   bool check = true;
+  // What is written: Tandem's graph JSON and params file (`path`.json and
+  // its params file), or one ONNX file at `path` (serialization/
+  // onnx_export.h), which the check reads back with tandem::import_onnx.
+  enum class Format { kTandem, kOnnx };
+  Format format = Format::kTandem;
 };
 
 namespace serialization {
@@ -132,6 +137,8 @@ class LoadedModel {
   // it was loaded from hold when Tandem wrote them, the params file's name
   // apart (older versions named it `path`.params).
   void export_model(const std::string& path) const;
+  // The same graph as an ONNX file (serialization/onnx_export.h).
+  void export_onnx(const std::string& path) const;
 
   struct Impl;
 

@@ -168,6 +168,28 @@ std::optional<DType> dtype_from_onnx(int32_t data_type) {
   }
 }
 
+int32_t onnx_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return kFloat;
+    case DType::kFloat64:
+      return kDouble;
+    case DType::kFloat16:
+      return kFloat16;
+    case DType::kBFloat16:
+      return kBFloat16;
+    case DType::kInt32:
+      return kInt32;
+    case DType::kInt64:
+      return kInt64;
+    case DType::kUInt8:
+      return kUInt8;
+    case DType::kBool:
+      return kBool;
+  }
+  return kUndefined;
+}
+
 std::string onnx_type_name(int32_t data_type) {
   if (onnx::TensorProto_DataType_IsValid(data_type)) {
     return onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(data_type));

@@ -39,6 +39,8 @@ onnx::ModelProto parse_onnx_model(absl::Span<const uint8_t> bytes, std::string_v
 // The Tandem dtype of an ONNX TensorProto.DataType, or nothing when Tandem
 // has no such dtype (int8, uint16, string, complex...).
 std::optional<DType> dtype_from_onnx(int32_t data_type);
+// The ONNX TensorProto.DataType of a Tandem dtype.
+int32_t onnx_type_of(DType dtype);
 // "FLOAT", "INT8", ... or "data type <n>".
 std::string onnx_type_name(int32_t data_type);
 

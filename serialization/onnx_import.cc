@@ -99,7 +99,11 @@ class OnnxGraphBuilder {
         }
         continue;
       }
-      graph.add_output(materialize(it->second), output.name());
+      try {
+        graph.add_output(materialize(it->second), output.name());
+      } catch (const Error& error) {
+        problems_.push_back(str_cat("graph output '", output.name(), "': ", error.message()));
+      }
     }
     if (!problems_.empty()) {
       std::string text = str_cat("ONNX file '", model_.name, "' (opset ", model_.opset,
@@ -180,7 +184,7 @@ class OnnxGraphBuilder {
     if (auto it = materialized_.find(key); it != materialized_.end()) return it->second;
     auto named = initializer_of_.find(key);
     const bool is_initializer = named != initializer_of_.end();
-    std::string name = is_initializer ? named->second : str_cat("constant", next_constant_++);
+    std::string name = is_initializer ? named->second : fresh_constant_name();
     const trace::ValueId id =
         graph.add_input(name, trace::InputKind::kState, value.known.shape(), value.known.dtype());
     state.push_back({std::move(name), value.known,
@@ -188,6 +192,15 @@ class OnnxGraphBuilder {
     state_users.push_back(current_);
     materialized_[key] = id;
     return id;
+  }
+
+  // "constant<k>", skipping the names the file's inputs and initializers
+  // have (a file Tandem exported names its constants so).
+  std::string fresh_constant_name() {
+    for (;;) {
+      std::string name = str_cat("constant", next_constant_++);
+      if (!values_.contains(name) && !poisoned_.contains(name)) return name;
+    }
   }
 
   const OnnxModel& model_;

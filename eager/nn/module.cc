@@ -123,6 +123,11 @@ void Module::export_model(const std::string& path, const ExportOptions& options)
   inference.export_model(path, names, options);
 }
 
+void Module::export_onnx(const std::string& path, ExportOptions options) {
+  options.format = ExportOptions::Format::kOnnx;
+  export_model(path, options);
+}
+
 void Module::hybridize(bool on, HybridizeOptions options) {
   std::lock_guard turn(*hybrid_.mutex);
   hybrid_.on = on;

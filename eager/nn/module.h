@@ -232,6 +232,10 @@ class Module {
   // the module's mode is restored afterwards. Parameters and buffers keep
   // their state_dict names.
   void export_model(const std::string& path, const ExportOptions& options = {});
+  // The same as one ONNX file at `path`, for other runtimes
+  // (serialization/onnx_export.h); checked by reading it back with
+  // tandem::import_onnx, as export_model checks with tandem::load.
+  void export_onnx(const std::string& path, ExportOptions options = {});
 
   // A multi-line summary in PyTorch's style:
   //   Sequential(

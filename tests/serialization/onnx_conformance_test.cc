@@ -16,6 +16,8 @@
 // "pass-bound" or "refused"). A case listed as passing that no longer passes fails the
 // test; a refused case that now passes is reported, so the file can be
 // updated: TANDEM_WRITE_ONNX_EXPECTATIONS=1 rewrites it from this run.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -49,8 +51,9 @@ enum class Outcome { kPass, kPassBound, kRefused, kWrong, kError };
 
 struct Result {
   Outcome outcome;
-  std::string detail;  // The refusal or the failure.
-  int compared = 0;    // Output tensors compared with the expected ones.
+  std::string detail;          // The refusal or the failure.
+  int compared = 0;            // Output tensors compared with the expected ones.
+  bool round_tripped = false;  // Exported as ONNX again, re-imported, and right again.
 };
 
 Tensor read_tensor(const fs::path& path) {
@@ -87,6 +90,29 @@ std::string difference(const Tensor& got, const Tensor& want) {
                         ? (g[i] == w[i] || std::abs(g[i] - w[i]) <= 1e-5 + 1e-3 * std::abs(w[i]))
                         : g[i] == w[i];
     if (!ok) return str_cat("element ", i, " is ", g[i], ", expected ", w[i]);
+  }
+  return "";
+}
+
+// Why `model`'s answers for one data set are not `expected` (with the kind
+// of failure), or "" when they are.
+std::string check_outputs(const LoadedModel& model, const std::vector<Tensor>& inputs,
+                          const std::vector<Tensor>& expected, Outcome& failure) {
+  std::vector<Tensor> outputs;
+  try {
+    outputs = model.run(inputs);
+    for (const Tensor& t : outputs) t.wait_to_read();
+  } catch (const Error& e) {
+    failure = Outcome::kError;
+    return e.message();
+  }
+  failure = Outcome::kWrong;
+  if (outputs.size() != expected.size()) {
+    return str_cat(outputs.size(), " outputs, expected ", expected.size());
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string why = difference(outputs[i], expected[i]);
+    if (!why.empty()) return str_cat("output ", i, ": ", why);
   }
   return "";
 }
@@ -170,6 +196,7 @@ Result run_case(const fs::path& dir) {
   }
   std::sort(sets.begin(), sets.end());
   int compared = 0;
+  bool round_tripped = true;
   for (const fs::path& set : sets) {
     std::vector<Tensor> inputs, expected;
     OnnxImportOptions options;
@@ -196,25 +223,33 @@ Result run_case(const fs::path& dir) {
     } catch (const Error& e) {
       return {Outcome::kRefused, e.message()};
     }
-    std::vector<Tensor> outputs;
+    Outcome failure;
+    if (std::string why = check_outputs(model, inputs, expected, failure); !why.empty()) {
+      return {failure, str_cat(set.filename().string(), ": ", why)};
+    }
+    compared += static_cast<int>(expected.size());
+    // Export -> import -> the same answers: Tandem's ONNX writer on every
+    // model the reader took. A graph it cannot write yet is an Error.
+    const fs::path again = fs::temp_directory_path() / str_cat("tandem-onnx-rt-", ::getpid());
     try {
-      outputs = model.run(inputs);
-      for (const Tensor& t : outputs) t.wait_to_read();
+      model.export_onnx(again.string());
+    } catch (const Error&) {
+      round_tripped = false;
+      continue;
+    }
+    LoadedModel reread;
+    try {
+      reread = import_onnx(again.string());
     } catch (const Error& e) {
-      return {Outcome::kError, str_cat(set.filename().string(), ": ", e.message())};
+      fs::remove(again);
+      return {Outcome::kError, str_cat("exported as ONNX, then refused on import: ", e.message())};
     }
-    if (outputs.size() != expected.size()) {
-      return {Outcome::kWrong, str_cat(outputs.size(), " outputs, expected ", expected.size())};
-    }
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const std::string why = difference(outputs[i], expected[i]);
-      if (!why.empty()) {
-        return {Outcome::kWrong, str_cat(set.filename().string(), " output ", i, ": ", why)};
-      }
-      ++compared;
+    fs::remove(again);
+    if (std::string why = check_outputs(reread, inputs, expected, failure); !why.empty()) {
+      return {failure, str_cat(set.filename().string(), ", exported as ONNX and imported: ", why)};
     }
   }
-  return {bound.empty() ? Outcome::kPass : Outcome::kPassBound, "", compared};
+  return {bound.empty() ? Outcome::kPass : Outcome::kPassBound, "", compared, round_tripped};
 }
 
 std::map<std::string, std::string> read_expectations() {
@@ -242,6 +277,7 @@ void check_suite(const std::string& suite, std::map<std::string, std::string>& w
   std::sort(cases.begin(), cases.end());
   const std::map<std::string, std::string> expected = read_expectations();
   int passed = 0, passed_bound = 0, refused = 0, newly_passing = 0, compared = 0;
+  int round_tripped = 0;
   for (const fs::path& dir : cases) {
     const std::string name = str_cat(suite, "/", dir.filename().string());
     const Result r = run_case(dir);
@@ -251,6 +287,7 @@ void check_suite(const std::string& suite, std::map<std::string, std::string>& w
         const std::string status = r.outcome == Outcome::kPass ? "pass" : "pass-bound";
         ++(r.outcome == Outcome::kPass ? passed : passed_bound);
         compared += r.compared;
+        round_tripped += r.round_tripped;
         written[name] = status;
         auto it = expected.find(name);
         if (it == expected.end() || it->second != status) ++newly_passing;
@@ -283,7 +320,8 @@ void check_suite(const std::string& suite, std::map<std::string, std::string>& w
   }
   std::cout << "[ onnx     ] " << suite << ": " << passed + passed_bound << " of " << cases.size()
             << " cases pass (" << passed_bound << " with inputs bound at import; " << compared
-            << " outputs compared), " << refused << " refused, "
+            << " outputs compared; " << round_tripped
+            << " exported as ONNX again and right once more), " << refused << " refused, "
             << cases.size() - static_cast<size_t>(passed + passed_bound + refused) << " failed; "
             << newly_passing << " pass that the expectations do not list as passing\n";
 }
