@@ -506,7 +506,8 @@ BuiltGraph build_at(const OnnxModel& model, const trace::SymbolValues& sizes) {
 
 namespace {
 
-LoadedModel import(const serialization::OnnxModel& model, const OnnxImportOptions& options) {
+serialization::OnnxGraph build(const serialization::OnnxModel& model,
+                               const OnnxImportOptions& options) {
   trace::SymbolValues example;
   for (const serialization::OnnxDataInput& input : model.inputs) {
     for (const std::string& name : input.free) {
@@ -550,25 +551,32 @@ LoadedModel import(const serialization::OnnxModel& model, const OnnxImportOption
                           "dimensions (", trace::values_text(example), "): ", e.message()));
     }
   }
-  return load_graph(built.graph, built.state, symbolic, std::move(built.sources), model.name);
+  return {std::move(built.graph), std::move(built.state), std::move(symbolic),
+          std::move(built.sources), model.name};
 }
 
 }  // namespace
+
+serialization::OnnxGraph serialization::read_onnx(absl::Span<const uint8_t> bytes,
+                                                  std::string_view display_name,
+                                                  const OnnxImportOptions& options) {
+  return build(read_model(bytes, std::string(display_name), "", options.known_inputs), options);
+}
 
 LoadedModel import_onnx(const std::string& path, const OnnxImportOptions& options) {
   const std::vector<uint8_t> bytes =
       serialization::read_file(path, serialization::kMaxOnnxFileBytes);
   std::string folder = std::filesystem::path(path).parent_path().string();
   if (folder.empty()) folder = ".";
-  return import(serialization::read_model(bytes, path, std::move(folder), options.known_inputs),
-                options);
+  serialization::OnnxGraph g = build(
+      serialization::read_model(bytes, path, std::move(folder), options.known_inputs), options);
+  return load_graph(g.graph, g.state, g.symbolic, std::move(g.sources), g.name);
 }
 
 LoadedModel import_onnx(absl::Span<const uint8_t> bytes, std::string_view display_name,
                         const OnnxImportOptions& options) {
-  return import(
-      serialization::read_model(bytes, std::string(display_name), "", options.known_inputs),
-      options);
+  serialization::OnnxGraph g = serialization::read_onnx(bytes, display_name, options);
+  return load_graph(g.graph, g.state, g.symbolic, std::move(g.sources), g.name);
 }
 
 }  // namespace tandem

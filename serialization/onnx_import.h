@@ -26,6 +26,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/types/span.h"
 
@@ -55,4 +56,23 @@ LoadedModel import_onnx(const std::string& path, const OnnxImportOptions& option
 LoadedModel import_onnx(absl::Span<const uint8_t> bytes, std::string_view display_name,
                         const OnnxImportOptions& options = {});
 
+namespace serialization {
+
+// An imported model before it is loaded: the graph, the tensor of each of
+// its state inputs, what follows the free dimensions, and each node's ONNX
+// node. import_onnx loads it with load_graph (serialization/model.h); the
+// fuzz target checks its size first.
+struct OnnxGraph {
+  trace::Graph graph;
+  std::vector<StateInput> state;
+  trace::SymbolicShapes symbolic;
+  std::vector<std::string> sources;
+  std::string name;
+};
+
+// import_onnx's first half, from a file image (no external data).
+OnnxGraph read_onnx(absl::Span<const uint8_t> bytes, std::string_view display_name,
+                    const OnnxImportOptions& options = {});
+
+}  // namespace serialization
 }  // namespace tandem

@@ -52,7 +52,8 @@ OnnxValue scalar_like(Node& n, const OnnxValue& x, double value) {
 }
 
 int64_t normalize_axis(Node& n, int64_t axis, int64_t rank, std::string_view what = "axis") {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1)) {
+  if (rank == 0) n.refuse(str_cat(what, " ", axis, " of a scalar"));
+  if (axis < -rank || axis >= rank) {
     n.refuse(str_cat(what, " ", axis, " is out of range for rank ", rank));
   }
   return axis < 0 ? axis + rank : axis;
@@ -71,6 +72,30 @@ int64_t product(absl::Span<const int64_t> dims, size_t begin, size_t end) {
 }
 
 Ints dims_of(const Shape& s) { return Ints(s.begin(), s.end()); }
+
+// What the converters compute on the host (index lists, masks, taps) is
+// bounded like what import computes with ops (onnx_import.cc), so that a
+// small file declaring huge sizes cannot make them allocate without bound.
+constexpr int64_t kMaxHostElements = int64_t{1} << 26;
+void check_host_count(Node& n, int64_t count, std::string_view what) {
+  if (count > kMaxHostElements) {
+    n.refuse(str_cat(what, " would hold ", count, " elements at import, over ", kMaxHostElements));
+  }
+}
+
+// Window sizes, strides, dilations and pads are at most this, and the
+// input sizes they meet at most kMaxWindowInput: the window arithmetic then
+// cannot overflow.
+constexpr int64_t kMaxWindowAttr = int64_t{1} << 20;
+constexpr int64_t kMaxWindowInput = int64_t{1} << 40;
+
+// A double from the file as an integer, refused unless it is one that fits.
+int64_t integral(Node& n, double v, std::string_view what) {
+  if (!(std::abs(v) < 9.0e18) || v != std::floor(v)) {
+    n.refuse(str_cat(what, " ", v, " is not an integer"));
+  }
+  return int64_t(v);
+}
 
 // The permutation that moves the last of `rank` axes to `axis`.
 Ints last_axis_to(int64_t axis, int64_t rank) {
@@ -435,6 +460,7 @@ void convert_slice(Node& n) {
     // A negative step: the positions, taken.
     const int64_t begin = bound(starts[i], 0, dim - 1);
     const int64_t end = ends[i] < -dim ? -1 : bound(ends[i], -1, dim - 1);
+    check_host_count(n, (begin - end) / -step + 1, "a reversed Slice's positions");
     Ints positions;
     for (int64_t p = begin; p > end; p += step) positions.push_back(p);
     x = n.op(
@@ -555,7 +581,8 @@ void convert_where(Node& n) {
 // A bool tensor computed at import from the positions of a [rows, cols]
 // matrix (EyeLike's).
 template <class Keep>
-Tensor position_mask(int64_t rows, int64_t cols, Keep keep) {
+Tensor position_mask(Node& n, int64_t rows, int64_t cols, Keep keep) {
+  check_host_count(n, checked_mul(rows, cols, "a mask's size"), "a mask");
   std::vector<bool> mask;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) mask.push_back(keep(r, c));
@@ -570,6 +597,7 @@ void convert_trilu(Node& n) {
   const bool upper = n.attr_int("upper", 1) != 0;
   // Keep (row, col) where col - row >= k (upper) or <= k: k may be computed as
   // the model runs, so the comparison is an op.
+  check_host_count(n, checked_mul(rows, cols, "Trilu's mask"), "Trilu's mask");
   std::vector<int64_t> offsets;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) offsets.push_back(c - r);
@@ -594,13 +622,14 @@ void convert_eye_like(Node& n) {
       n.refuse(str_cat("Tandem has no tensors of type ", onnx_type_name(type)));
     dtype = *dtype_from_onnx(type);
   }
-  const Tensor mask = position_mask(in[0], in[1], [&](int64_t r, int64_t c) { return c - r == k; });
+  const Tensor mask =
+      position_mask(n, in[0], in[1], [&](int64_t r, int64_t c) { return c - r == k; });
   n.set_output(0, cast(n, n.constant(mask, true), dtype));
 }
 
 void convert_one_hot(Node& n) {
   const double depth_value = n.known_scalar(1, "depth");
-  const int64_t depth = int64_t(depth_value);
+  const int64_t depth = integral(n, depth_value, "depth");
   if (depth < 1) n.refuse("depth must be positive");
   const Tensor values = n.known(2, "values");
   if (values.numel() != 2) n.refuse("values must be [off, on]");
@@ -632,7 +661,9 @@ void convert_depth_to_space(Node& n) {
       crd ? reshape(n, n.input(0), {N, c, b, b, H, W}) : reshape(n, n.input(0), {N, b, b, c, H, W});
   const Ints perm = crd ? Ints{0, 1, 4, 2, 5, 3} : Ints{0, 3, 4, 1, 5, 2};
   x = n.op(kernels::transpose_op(), {{"perm", perm}}, {x});
-  n.set_output(0, reshape(n, x, {N, c, H * b, W * b}));
+  n.set_output(0, reshape(n, x,
+                          {N, c, checked_mul(H, b, "DepthToSpace's height"),
+                           checked_mul(W, b, "DepthToSpace's width")}));
 }
 
 void convert_space_to_depth(Node& n) {
@@ -754,6 +785,7 @@ void convert_arg(Node& n, bool max) {
   const int64_t dim = in[int(axis)];
   if (last) {
     // The first extreme of the reversed axis is the last one.
+    check_host_count(n, dim, "the reversed positions");
     Ints reversed;
     for (int64_t p = dim - 1; p >= 0; --p) reversed.push_back(p);
     x = n.op(kernels::take_op(), {{"axis", axis}},
@@ -797,6 +829,24 @@ struct Window {
   bool symmetric() const { return pads_begin == pads_end; }
 };
 
+void check_window(Node& n, const Shape& x, const Ints& kernel, const Ints& strides,
+                  const Ints& dilations, const Ints& pads) {
+  auto within = [&](const Ints& v, int64_t low, std::string_view what) {
+    for (int64_t e : v) {
+      if (e < low || e > kMaxWindowAttr) {
+        n.refuse(str_cat(what, " ", e, " is outside [", low, ", ", kMaxWindowAttr, "]"));
+      }
+    }
+  };
+  within(kernel, 1, "a kernel size");
+  within(strides, 1, "a stride");
+  within(dilations, 1, "a dilation");
+  within(pads, 0, "a pad");
+  for (int a = 2; a < x.rank(); ++a) {
+    if (x[a] > kMaxWindowInput) n.refuse(str_cat("input size ", x[a], " is too large to window"));
+  }
+}
+
 Window window_of(Node& n, const Shape& x, Ints kernel) {
   Window w;
   w.spatial = x.rank() - 2;
@@ -812,6 +862,7 @@ Window window_of(Node& n, const Shape& x, Ints kernel) {
   if (w.strides.size() != k || w.dilations.size() != k || pads.size() != 2 * k) {
     n.refuse("strides, dilations or pads do not match the input's rank");
   }
+  check_window(n, x, w.kernel, w.strides, w.dilations, pads);
   const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
   w.pads_begin.assign(pads.begin(), pads.begin() + int(k));
   w.pads_end.assign(pads.begin() + int(k), pads.end());
@@ -871,6 +922,7 @@ DepthTaps depth_taps(Node& n, const OnnxValue& x, const Window& w) {
   if (depth < extent) n.refuse("the window is deeper than the padded input");
   DepthTaps d;
   d.outputs = (depth - extent) / w.strides[0] + 1;
+  check_host_count(n, checked_mul(d.outputs, w.kernel[0], "the depth taps"), "the depth taps");
   for (int64_t k = 0; k < w.kernel[0]; ++k) {
     Ints positions;
     for (int64_t o = 0; o < d.outputs; ++o)
@@ -988,13 +1040,25 @@ void convert_conv_transpose(Node& n) {
       output_padding.size() != k) {
     n.refuse("strides, dilations, pads or output_padding do not match the input's rank");
   }
+  if (kernel.size() != k) n.refuse("kernel_shape does not match the input's rank");
+  check_window(n, xs, kernel, w.strides, w.dilations, pads);
+  for (int64_t p : output_padding) {
+    if (p < 0 || p > kMaxWindowAttr) n.refuse(str_cat("output_padding ", p, " is out of range"));
+  }
   // The full output size of each axis, then what to cut at each end.
   std::optional<Ints> output_shape = n.attr_ints("output_shape");
   for (size_t i = 0; i < k; ++i) {
     const int64_t full = w.strides[i] * (xs[int(i) + 2] - 1) + output_padding[i] +
                          (kernel[i] - 1) * w.dilations[i] + 1;
     if (output_shape || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      const int64_t want = output_shape ? output_shape->at(output_shape->size() - k + i)
+      if (output_shape && output_shape->size() < k) n.refuse("output_shape is too short");
+      if (output_shape) {
+        for (int64_t e : *output_shape) {
+          if (e < 0 || e > kMaxWindowInput)
+            n.refuse(str_cat("output_shape ", e, " is out of range"));
+        }
+      }
+      const int64_t want = output_shape ? (*output_shape)[output_shape->size() - k + i]
                                         : xs[int(i) + 2] * w.strides[i];
       const int64_t total = full - want;
       if (total < 0) n.refuse("output_shape is larger than the full output");
@@ -1202,6 +1266,7 @@ Normalized normalize(Node& n, const OnnxValue& x, const Ints& axes, double eps) 
 
 void convert_instance_norm(Node& n) {
   const Shape xs = n.shape(0);
+  if (xs.rank() < 3) n.refuse("the input must be [N, C, spatial...]");
   Ints axes;
   for (int a = 2; a < xs.rank(); ++a) axes.push_back(a);
   const Normalized z = normalize(n, n.input(0), axes, n.attr_float("epsilon", 1e-5));
@@ -1258,7 +1323,7 @@ void convert_lrn(Node& n) {
                bias = n.attr_float("bias", 1.0);
   // The sum of squares over a window of channels: an average pool over
   // [N, 1, C, rest], padded by the window's halves.
-  const int64_t N = xs[0], C = xs[1], rest = xs.numel() / std::max<int64_t>(N * C, 1);
+  const int64_t N = xs[0], C = xs[1], rest = N * C == 0 ? 0 : xs.numel() / (N * C);
   const OnnxValue x = n.input(0);
   OnnxValue sq = reshape(n, ew1<ew::Square>(n, x), {N, 1, C, rest});
   const int64_t before = (size - 1) / 2, after = size - 1 - before;
@@ -1394,6 +1459,7 @@ void resize(Node& n, const Ints& sizes, const std::vector<double>& scales, const
     const int64_t from = in[a], to = sizes[size_t(a)];
     if (from == to && scales[size_t(a)] == 1.0) continue;
     if (from == 0 || to == 0) n.refuse("resizing an empty axis");
+    check_host_count(n, to, "a resized axis");
     const AxisTaps t = resize_taps(n, from, to, scales[size_t(a)], mode, transform, nearest_mode,
                                    cubic_a, exclude_outside);
     Ints weight_shape(size_t(in.rank()), 1);
@@ -1419,8 +1485,10 @@ void sizes_from_scales(Node& n, const std::vector<double>& scales, Ints& sizes) 
   if (int64_t(scales.size()) != in.rank()) n.refuse("scales must have one value per axis");
   sizes.clear();
   for (int a = 0; a < in.rank(); ++a) {
-    if (!(scales[size_t(a)] > 0)) n.refuse("scales must be positive");
-    sizes.push_back(int64_t(std::floor(double(in[a]) * scales[size_t(a)])));
+    if (!(scales[size_t(a)] > 0) || !std::isfinite(scales[size_t(a)])) {
+      n.refuse("scales must be positive and finite");
+    }
+    sizes.push_back(integral(n, std::floor(double(in[a]) * scales[size_t(a)]), "a resized size"));
   }
 }
 
@@ -1476,7 +1544,8 @@ void convert_upsample(Node& n) {
 enum class RecurrentKind { kRnn, kLstm, kGru };
 
 void convert_cumsum(Node& n) {
-  const int64_t axis = normalize_axis(n, int64_t(n.known_scalar(1, "axis")), n.shape(0).rank());
+  const int64_t axis =
+      normalize_axis(n, integral(n, n.known_scalar(1, "axis"), "axis"), n.shape(0).rank());
   n.set_output(0, n.op(kernels::cumsum_op(),
                        {{"axis", axis},
                         {"exclusive", n.attr_int("exclusive", 0) != 0},
@@ -1485,7 +1554,12 @@ void convert_cumsum(Node& n) {
 }
 
 void convert_topk(Node& n) {
-  const int64_t k = n.opset() < 10 ? n.attr_int("k", 0) : n.known_ints(1, "K").at(0);
+  int64_t k = n.attr_int("k", 0);
+  if (n.opset() >= 10) {
+    const Ints given = n.known_ints(1, "K");
+    if (given.size() != 1) n.refuse("K must hold one value");
+    k = given[0];
+  }
   const int64_t axis = normalize_axis(n, n.attr_int("axis", -1), n.shape(0).rank());
   const std::vector<OnnxValue> y =
       n.ops(kernels::topk_op(),
@@ -1500,8 +1574,14 @@ void convert_topk(Node& n) {
 OnnxValue nll(Node& n, const OnnxValue& input, const OnnxValue& target,
               std::optional<OnnxValue> weight, std::optional<int64_t> ignore,
               const std::string& reduction) {
-  const Shape is = n.meta(input).shape;
+  const Shape is = n.meta(input).shape, ts = n.meta(target).shape;
   if (is.rank() < 2) n.refuse("the input must be [N, C, ...]");
+  bool fits = ts.rank() == is.rank() - 1 && ts[0] == is[0];
+  for (int a = 1; fits && a < ts.rank(); ++a) fits = ts[a] == is[a + 1];
+  if (!fits) {
+    n.refuse(str_cat("the target ", ts.to_string(), " must be the input ", is.to_string(),
+                     " without its class axis"));
+  }
   OnnxValue t = cast(n, target, DType::kInt64);
   std::optional<OnnxValue> keep;
   if (ignore) {
@@ -1561,6 +1641,7 @@ void convert_softmax_cross_entropy(Node& n) {
 void convert_recurrent(Node& n, RecurrentKind kind) {
   const int64_t hidden = n.attr_int("hidden_size", 0);
   if (hidden < 1) n.refuse("hidden_size is required");
+  check_host_count(n, hidden, "hidden_size");
   const std::string direction = n.attr_string("direction", "forward");
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
     n.refuse(str_cat("direction '", direction, "'"));
@@ -1568,6 +1649,15 @@ void convert_recurrent(Node& n, RecurrentKind kind) {
   const int64_t directions = direction == "bidirectional" ? 2 : 1;
   const bool batch_first = n.attr_int("layout", 0) != 0;
   if (n.attr("clip")) n.refuse("clip is not supported");
+  // The ranks the indexing below relies on; the ops check the sizes.
+  for (auto [i, rank] : {std::pair<size_t, int>{0, 3}, {1, 3}, {2, 3}, {3, 2}, {5, 3}, {6, 3}}) {
+    if (n.has_input(i) && n.shape(i).rank() != rank) {
+      n.refuse(str_cat("input ", i, " must have rank ", rank, ", not ", n.shape(i).rank()));
+    }
+    if (i > 0 && n.has_input(i) && n.shape(i)[0] != (direction == "bidirectional" ? 2 : 1)) {
+      n.refuse(str_cat("input ", i, " must have one entry per direction"));
+    }
+  }
   if (n.attr_int("input_forget", 0) != 0) n.refuse("input_forget = 1 is not supported");
   if (kind == RecurrentKind::kGru && n.attr_int("linear_before_reset", 0) == 0) {
     n.refuse("linear_before_reset = 0 is not supported (Tandem's GRU is torch's, = 1)");
@@ -1612,6 +1702,10 @@ void convert_recurrent(Node& n, RecurrentKind kind) {
   }
   if (n.has_input(7)) n.refuse("peepholes (P) are not supported");
   const int64_t gates = int64_t(gate_order.size());
+  if (n.shape(1)[1] != gates * hidden || n.shape(2)[1] != gates * hidden ||
+      (n.has_input(3) && n.shape(3)[1] != 2 * gates * hidden)) {
+    n.refuse(str_cat("W, R and B must hold ", gates, " gates of hidden_size ", hidden));
+  }
   OnnxValue x = n.input(0);
   if (!batch_first) x = n.op(kernels::transpose_op(), {{"perm", Ints{1, 0, 2}}}, {x});
   const Shape xs = n.meta(x).shape;  // [batch, seq, features]
