@@ -76,6 +76,7 @@ const OpDef& scatter_add_op();
 const OpDef& scatter_op();
 const OpDef& gather_op();
 const OpDef& gather_nd_op();
+const OpDef& scatter_nd_add_op();
 const OpDef& one_hot_op();
 // kernels/ops/scan.cc: the products of all but one element (prod's gradient).
 const OpDef& cumprod_op();

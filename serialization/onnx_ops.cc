@@ -142,12 +142,29 @@ void convert_pow(Node& n) {
   n.set_output(0, ew2<ew::Pow>(n, base, cast(n, legacy_broadcast(n, n.input(1)), n.dtype(0))));
 }
 
+// fmod = 1: the remainder of the quotient truncated toward zero (C's fmod,
+// the dividend's sign). fmod = 0 (integers only): Python's, the divisor's
+// sign. Tandem's integer div truncates exactly, so both are exact.
 void convert_mod(Node& n) {
   const OnnxValue a = n.input(0), b = n.input(1);
-  if (!is_floating_point(n.dtype(0))) n.refuse("integer Mod is not supported");
-  if (n.attr_int("fmod", 0) != 1) n.refuse("floating-point Mod needs fmod = 1");
-  const OnnxValue q = ew1<ew::Trunc>(n, ew2<ew::Div>(n, a, b));
-  n.set_output(0, ew2<ew::Sub>(n, a, ew2<ew::Mul>(n, q, b)));
+  const bool floating = is_floating_point(n.dtype(0));
+  const bool c_fmod = n.attr_int("fmod", 0) == 1;
+  if (floating && !c_fmod) n.refuse("floating-point Mod needs fmod = 1");
+  OnnxValue q = ew2<ew::Div>(n, a, b);
+  if (floating) q = ew1<ew::Trunc>(n, q);
+  OnnxValue r = ew2<ew::Sub>(n, a, ew2<ew::Mul>(n, q, b));
+  if (!c_fmod) {
+    // A nonzero remainder whose sign is not the divisor's moves by b.
+    const OnnxValue zero = scalar_like(n, r, 0);
+    const OnnxValue signs_differ = n.op(kernels::ne_op(), {},
+                                        {n.op(kernels::lt_op(), {}, {r, zero}),
+                                         n.op(kernels::lt_op(), {}, {b, scalar_like(n, b, 0)})});
+    const OnnxValue adjust =
+        n.op(kernels::where_op(), {},
+             {n.op(kernels::ne_op(), {}, {r, zero}), signs_differ, n.scalar(0, DType::kBool)});
+    r = n.op(kernels::where_op(), {}, {adjust, ew2<ew::Add>(n, r, b), r});
+  }
+  n.set_output(0, r);
 }
 
 // And, Or, Xor of bools: from the count of true operands.
@@ -494,6 +511,29 @@ void convert_gather_elements(Node& n) {
 void convert_gather_nd(Node& n) {
   n.set_output(0, n.op(kernels::gather_nd_op(), {{"batch_dims", n.attr_int("batch_dims", 0)}},
                        {n.input(0), cast(n, n.input(1), DType::kInt64)}));
+}
+
+// ScatterND: add with scatter_nd_add; overwrite as where(written, the
+// updates scattered onto zeros, x) (ONNX leaves duplicate indices undefined).
+void convert_scatter_nd(Node& n) {
+  const std::string reduction = n.attr_string("reduction", "none");
+  const OnnxValue x = n.input(0), indices = cast(n, n.input(1), DType::kInt64),
+                  updates = n.input(2);
+  if (reduction == "add") {
+    return n.set_output(0, n.op(kernels::scatter_nd_add_op(), {}, {x, indices, updates}));
+  }
+  if (reduction != "none") n.refuse(str_cat("reduction '", reduction, "'"));
+  const Ints xs = dims_of(n.shape(0)), us = dims_of(n.meta(updates).shape);
+  const OnnxValue zeros =
+      n.op(kernels::full_op(), {{"shape", xs}, {"dtype", n.dtype(0)}, {"value", 0.0}}, {});
+  const OnnxValue ones =
+      n.op(kernels::full_op(), {{"shape", us}, {"dtype", n.dtype(0)}, {"value", 1.0}}, {});
+  const OnnxValue written =
+      n.op(kernels::gt_op(), {},
+           {n.op(kernels::scatter_nd_add_op(), {}, {zeros, indices, ones}), scalar_like(n, x, 0)});
+  n.set_output(
+      0, n.op(kernels::where_op(), {},
+              {written, n.op(kernels::scatter_nd_add_op(), {}, {zeros, indices, updates}), x}));
 }
 
 void convert_scatter_elements(Node& n) {
@@ -1638,6 +1678,59 @@ void convert_softmax_cross_entropy(Node& n) {
 // i, o, f, c for LSTM and z, r, h for GRU: the weights' blocks are taken in
 // torch's order). Sequences [seq, batch, features] (layout 0) or
 // [batch, seq, features] (layout 1).
+// The GRU of ONNX's default (linear_before_reset = 0), which no Tandem op
+// runs: n_t = tanh(P_n + (r_t * h_(t-1)) W_n^T + b_n), unrolled over the
+// sequence. `projected` [batch, seq, 3 * hidden] and the recurrent weight
+// and bias have their gates in torch's order (r, z, n). Returns every h_t
+// [batch, seq, hidden] and the last [batch, hidden].
+std::pair<OnnxValue, OnnxValue> gru_resetting_before_product(Node& n, const OnnxValue& projected,
+                                                             const OnnxValue& weight_hh,
+                                                             const OnnxValue& bias_hh,
+                                                             std::optional<OnnxValue> h0,
+                                                             bool reverse, int64_t hidden) {
+  const Shape ps = n.meta(projected).shape;
+  const int64_t batch = ps[0], steps = ps[1];
+  if (steps < 1) n.refuse("an empty sequence");
+  // Each step is a dozen nodes: a bound on the graph an unrolled GRU makes.
+  constexpr int64_t kMaxUnrolledSteps = 4096;
+  if (steps > kMaxUnrolledSteps) {
+    n.refuse(str_cat("linear_before_reset = 0 over ", steps, " steps: it is unrolled, at most ",
+                     kMaxUnrolledSteps));
+  }
+  auto part = [&](const OnnxValue& v, int64_t axis, int64_t begin, int64_t end) {
+    return n.op(kernels::slice_op(),
+                {{"axis", axis}, {"begin", begin}, {"end", end}, {"step", int64_t{1}}}, {v});
+  };
+  const OnnxValue w_rz = part(weight_hh, 0, 0, 2 * hidden),
+                  w_n = part(weight_hh, 0, 2 * hidden, 3 * hidden);
+  const OnnxValue b_rz = part(bias_hh, 0, 0, 2 * hidden),
+                  b_n = part(bias_hh, 0, 2 * hidden, 3 * hidden);
+  OnnxValue h =
+      h0 ? *h0
+         : n.op(
+               kernels::full_op(),
+               {{"shape", Ints{batch, hidden}}, {"dtype", n.meta(projected).dtype}, {"value", 0.0}},
+               {});
+  std::vector<OnnxValue> outputs(static_cast<size_t>(steps));
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t t = reverse ? steps - 1 - s : s;
+    const OnnxValue p = reshape(n, part(projected, 1, t, t + 1), {batch, 3 * hidden});
+    const OnnxValue rz =
+        ew1<ew::Sigmoid>(n, ew2<ew::Add>(n, part(p, 1, 0, 2 * hidden),
+                                         n.op(kernels::linear_op(), {}, {h, w_rz, b_rz})));
+    const OnnxValue r = part(rz, 1, 0, hidden), z = part(rz, 1, hidden, 2 * hidden);
+    const OnnxValue candidate = ew1<ew::Tanh>(
+        n, ew2<ew::Add>(n, part(p, 1, 2 * hidden, 3 * hidden),
+                        n.op(kernels::linear_op(), {}, {ew2<ew::Mul>(n, r, h), w_n, b_n})));
+    // (1 - z) n + z h = n + z (h - n)
+    h = ew2<ew::Add>(n, candidate, ew2<ew::Mul>(n, z, ew2<ew::Sub>(n, h, candidate)));
+    outputs[size_t(t)] = reshape(n, h, {batch, 1, hidden});
+  }
+  const OnnxValue y =
+      steps == 1 ? outputs[0] : n.op(kernels::concat_op(), {{"axis", int64_t{1}}}, outputs);
+  return {y, h};
+}
+
 void convert_recurrent(Node& n, RecurrentKind kind) {
   const int64_t hidden = n.attr_int("hidden_size", 0);
   if (hidden < 1) n.refuse("hidden_size is required");
@@ -1659,9 +1752,10 @@ void convert_recurrent(Node& n, RecurrentKind kind) {
     }
   }
   if (n.attr_int("input_forget", 0) != 0) n.refuse("input_forget = 1 is not supported");
-  if (kind == RecurrentKind::kGru && n.attr_int("linear_before_reset", 0) == 0) {
-    n.refuse("linear_before_reset = 0 is not supported (Tandem's GRU is torch's, = 1)");
-  }
+  // ONNX's default GRU resets before its recurrent product; torch's, and
+  // Tandem's gru op, after it (linear_before_reset = 1).
+  const bool unrolled_gru =
+      kind == RecurrentKind::kGru && n.attr_int("linear_before_reset", 0) == 0;
   const kernels::OpDef* op = nullptr;
   Ints gate_order;  // ONNX's blocks in torch's order.
   std::vector<std::string> activations;
@@ -1761,6 +1855,15 @@ void convert_recurrent(Node& n, RecurrentKind kind) {
     };
     initial(5, "initial_h");
     if (kind == RecurrentKind::kLstm) initial(6, "initial_c");
+    if (unrolled_gru) {
+      std::optional<OnnxValue> h0;
+      if (n.has_input(5)) h0 = inputs.back();
+      auto [y, h] = gru_resetting_before_product(n, projected, r, bias_hh, h0,
+                                                 direction == "reverse" || d == 1, hidden);
+      ys.push_back(y);
+      hs.push_back(reshape(n, h, {1, batch, hidden}));
+      continue;
+    }
     const std::vector<OnnxValue> out = n.ops(*op, attrs, inputs);
     ys.push_back(out[0]);  // [batch, seq, hidden]
     hs.push_back(reshape(n, out[1], {1, batch, hidden}));
@@ -1869,6 +1972,7 @@ const absl::flat_hash_map<std::string_view, OnnxConverter>& converters() {
       {"GatherND", convert_gather_nd},
       {"ScatterElements", convert_scatter_elements},
       {"Scatter", convert_scatter_elements},
+      {"ScatterND", convert_scatter_nd},
       {"Expand", convert_expand},
       {"Tile", convert_tile},
       {"ConstantOfShape", convert_constant_of_shape},

@@ -374,6 +374,7 @@ void one_hot_kernel(const KernelContext& c) {
 const OpDef& scatter_add_op() { return op_def<"scatter_add">(); }
 const OpDef& gather_op() { return op_def<"gather">(); }
 const OpDef& gather_nd_op() { return op_def<"gather_nd">(); }
+const OpDef& scatter_nd_add_op() { return op_def<"scatter_nd_add">(); }
 const OpDef& scatter_op() { return op_def<"scatter">(); }
 const OpDef& one_hot_op() { return op_def<"one_hot">(); }
 
