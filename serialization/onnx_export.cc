@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 #include "core/error.h"
 #include "kernels/dispatch.h"
@@ -29,7 +30,12 @@ using Ints = std::vector<int64_t>;
 class OnnxWriter {
  public:
   OnnxWriter(const trace::Graph& graph, const trace::SymbolicShapes& symbolic)
-      : graph_(graph), symbolic_(symbolic) {}
+      : graph_(graph), symbolic_(symbolic) {
+    for (const trace::Node& node : graph.nodes)
+      used_.insert(node.inputs.begin(), node.inputs.end());
+    for (const trace::GraphOutput& output : graph.outputs) used_.insert(output.value);
+  }
+  bool used(trace::ValueId v) const { return used_.contains(v); }
 
   onnx::GraphProto& proto() { return *model.mutable_graph(); }
 
@@ -120,6 +126,41 @@ class OnnxWriter {
     if (free > 1) return std::nullopt;
     return dims;
   }
+  // An ONNX tensor holding the value's shape as the model runs: fixed sizes
+  // as constants, a free one read off the data input that has it (Shape
+  // with start and end). Nothing when a size is an expression of several
+  // names.
+  std::optional<std::string> runtime_shape(trace::ValueId v) {
+    const Shape& s = graph_.value(v).shape;
+    std::vector<std::string> parts;
+    for (int a = 0; a < s.rank(); ++a) {
+      const trace::SizeExpr* e = symbolic_.dim(v, a);
+      if (e == nullptr) {
+        parts.push_back(ints({s[a]}));
+        continue;
+      }
+      const std::string name = e->as_symbol();
+      std::optional<std::string> part;
+      for (const trace::GraphInput& input : graph_.inputs) {
+        if (input.kind != trace::InputKind::kData || part || name.empty()) continue;
+        for (int b = 0; b < graph_.value(input.value).shape.rank() && !part; ++b) {
+          const trace::SizeExpr* d = symbolic_.dim(input.value, b);
+          if (d == nullptr || d->as_symbol() != name) continue;
+          part = fresh();
+          onnx::NodeProto* n = node("Shape", {this->name(input.value)}, {*part});
+          attr(n, "start", int64_t{b});
+          attr(n, "end", int64_t{b + 1});
+        }
+      }
+      if (!part) return std::nullopt;
+      parts.push_back(*part);
+    }
+    if (parts.size() == 1) return parts[0];
+    const std::string joined = fresh();
+    attr(node("Concat", parts, {joined}), "axis", int64_t{0});
+    return joined;
+  }
+
   bool node_has_free_attrs(int node) const {
     for (const trace::SymbolicAttr& a : symbolic_.attrs) {
       if (a.node == node) return true;
@@ -135,6 +176,7 @@ class OnnxWriter {
   const trace::Graph& graph_;
   const trace::SymbolicShapes& symbolic_;
   absl::flat_hash_map<trace::ValueId, std::string> names_;
+  absl::flat_hash_set<trace::ValueId> used_;
   int next_temp_ = 0, next_constant_ = 0;
 };
 
@@ -163,11 +205,14 @@ Convert same(const std::string& op) {
 }
 
 void reshape_to_output(Call& c) {
-  if (c.w.node_has_free_attrs(c.index) && !c.w.target_shape(c.node.outputs[0])) {
-    throw Refusal{"its target has more than one free dimension"};
-  }
   const std::optional<Ints> target = c.w.target_shape(c.node.outputs[0]);
-  if (!target) throw Refusal{"its output has more than one free dimension"};
+  if (!target) {
+    // Several free sizes: the target is computed as the model runs.
+    const std::optional<std::string> shape = c.w.runtime_shape(c.node.outputs[0]);
+    if (!shape) throw Refusal{"its target is an expression of several free dimensions"};
+    c.emit("Reshape", {c.in[0], *shape});
+    return;
+  }
   onnx::NodeProto* n = c.emit("Reshape", {c.in[0], c.w.ints(*target)});
   // A 0 in ONNX's target copies the input's size unless allowzero says it
   // is a size; a -1 beside it is then not allowed.
@@ -177,6 +222,19 @@ void reshape_to_output(Call& c) {
     }
     OnnxWriter::attr(n, "allowzero", int64_t{1});
   }
+}
+
+// The node's output shape as an ONNX tensor: constants, or computed as the
+// model runs where it follows free dimensions (a full of the batch's size).
+std::string output_shape(Call& c) {
+  const trace::ValueId out = c.node.outputs[0];
+  if (!c.w.node_has_free_attrs(c.index)) {
+    const Shape& s = c.w.graph().value(out).shape;
+    return c.w.ints(Ints(s.begin(), s.end()));
+  }
+  const std::optional<std::string> shape = c.w.runtime_shape(out);
+  if (!shape) throw Refusal{"its shape is an expression of several free dimensions"};
+  return *shape;
 }
 
 void refuse_free_attrs(Call& c) {
@@ -212,6 +270,92 @@ Ints onnx_pads(const Ints& interleaved) {
 void check_no_activation(Call& c) {
   if (c.attrs().has("activation") && c.attrs().get_string("activation") != "none") {
     throw Refusal{"a fused activation (export the graph before the passes)"};
+  }
+}
+
+// Tandem's recurrences as ONNX's RNN, LSTM and GRU (layout 0, sequence
+// first, which every runtime takes; Tandem's are batch first). Tandem's op
+// takes the input projection already made (a linear node before it), in
+// torch's gate order; ONNX's takes the input and W. So X is the projection,
+// and W the [gates*H, gates*H] permutation that reorders torch's gates
+// into ONNX's (i, o, f, c for LSTM; z, r, h for GRU): X W^T is the
+// projection in ONNX's order. R and the recurrent bias are the op's own,
+// reordered the same way; the input bias is zero (the projection has it).
+void recurrence(Call& c, const std::string& op, const Ints& torch_block_of_onnx, int states,
+                const std::string& activation) {
+  const Shape& projected = c.in_shape(0);
+  const int64_t gates = int64_t(torch_block_of_onnx.size()), width = projected[2];
+  const int64_t hidden = width / gates;
+  // Only the sequence and the final states: the saved values are for training.
+  for (size_t k = size_t(1 + states); k < c.node.outputs.size(); ++k) {
+    if (c.w.used(c.node.outputs[k])) throw Refusal{"its saved values are read (a training graph)"};
+  }
+  Ints rows;
+  for (int64_t block : torch_block_of_onnx) {
+    for (int64_t u = 0; u < hidden; ++u) rows.push_back(block * hidden + u);
+  }
+  std::vector<float> permutation(size_t(width * width), 0.0f);
+  for (int64_t r = 0; r < width; ++r) permutation[size_t(r * width + rows[size_t(r)])] = 1.0f;
+  const DType t = c.in_dtype(0);
+  const Tensor w32 = Tensor::from_vector<float>(permutation, Shape{1, width, width});
+  const std::string w =
+      c.w.initializer(kernels::call1(kernels::cast_op(), {w32}, {{"dtype", t}}, {}));
+  const std::string order = c.w.ints(rows);
+  auto gather = [&](const std::string& v) {
+    const std::string g = c.w.fresh();
+    OnnxWriter::attr(c.w.node("Gather", {v, order}, {g}), "axis", int64_t{0});
+    return g;
+  };
+  const std::string zero = c.w.ints({0});
+  const std::string r = c.w.step("Unsqueeze", {gather(c.in[1]), zero});
+  const std::string zeros_ih = c.w.fresh();
+  {
+    onnx::NodeProto* n = c.w.node("ConstantOfShape", {c.w.ints({width})}, {zeros_ih});
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto_AttributeType_TENSOR);
+    const Tensor z = Tensor::from_vector<double>({0}, Shape{1});
+    OnnxWriter::fill(*a->mutable_t(), kernels::call1(kernels::cast_op(), {z}, {{"dtype", t}}, {}));
+  }
+  const std::string b_cat = c.w.fresh();
+  OnnxWriter::attr(c.w.node("Concat", {zeros_ih, gather(c.in[2])}, {b_cat}), "axis", int64_t{0});
+  const std::string b = c.w.step("Unsqueeze", {b_cat, zero});
+  const std::string one = c.w.ints({1});
+  auto swap01 = [&](const std::string& v) {
+    const std::string out = c.w.fresh();
+    OnnxWriter::attr(c.w.node("Transpose", {v}, {out}), "perm", Ints{1, 0, 2});
+    return out;
+  };
+  std::vector<std::string> inputs = {swap01(c.in[0]), w, r, b, ""};
+  size_t next = 3;
+  for (const char* initial : {"initial_h", "initial_c"}) {
+    if (std::string(initial) == "initial_c" && states < 2) break;
+    if (c.attrs().get_bool(initial)) {
+      inputs.push_back(c.w.step("Unsqueeze", {c.in[next++], zero}));  // [1, batch, H]
+    } else {
+      inputs.push_back("");
+    }
+  }
+  while (!inputs.empty() && inputs.back().empty()) inputs.pop_back();
+  std::vector<std::string> outputs = {c.w.fresh(), c.w.fresh()};
+  if (states == 2) outputs.push_back(c.w.fresh());
+  onnx::NodeProto* n = c.w.node(op, inputs, outputs);
+  OnnxWriter::attr(n, "hidden_size", hidden);
+  OnnxWriter::attr(n, "direction",
+                   std::string(c.attrs().get_bool("reverse") ? "reverse" : "forward"));
+  if (!activation.empty()) {
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name("activations");
+    a->set_type(onnx::AttributeProto_AttributeType_STRINGS);
+    a->add_strings(activation);
+  }
+  if (op == "GRU") OnnxWriter::attr(n, "linear_before_reset", int64_t{1});
+  // Y [seq, 1, batch, H] and the states [1, batch, H], without the
+  // direction axis, batch first again.
+  OnnxWriter::attr(c.w.node("Transpose", {c.w.step("Squeeze", {outputs[0], one})}, {c.out[0]}),
+                   "perm", Ints{1, 0, 2});
+  for (int k = 1; k <= states; ++k) {
+    c.w.node("Squeeze", {outputs[size_t(k)], zero}, {c.out[size_t(k)]});
   }
 }
 
@@ -309,11 +453,7 @@ const absl::flat_hash_map<const kernels::OpDef*, Convert>& converters() {
       }
       OnnxWriter::attr(c.emit("Transpose", c.in), "perm", perm);
     };
-    m[&kernels::expand_op()] = [](Call& c) {
-      refuse_free_attrs(c);
-      const Shape& s = c.w.graph().value(c.node.outputs[0]).shape;
-      c.emit("Expand", {c.in[0], c.w.ints(Ints(s.begin(), s.end()))});
-    };
+    m[&kernels::expand_op()] = [](Call& c) { c.emit("Expand", {c.in[0], output_shape(c)}); };
     m[&kernels::matmul_op()] = [](Call& c) {
       std::vector<std::string> in = c.in;
       for (size_t i : {size_t{0}, size_t{1}}) {
@@ -427,13 +567,12 @@ const absl::flat_hash_map<const kernels::OpDef*, Convert>& converters() {
     for (const kernels::OpDef* op :
          {&kernels::full_op(), &kernels::zeros_op(), &kernels::ones_op()}) {
       m[op] = [op](Call& c) {
-        refuse_free_attrs(c);
         const double value = op == &kernels::full_op()   ? c.attrs().get_float("value")
                              : op == &kernels::ones_op() ? 1.0
                                                          : 0.0;
         const DType t = c.attrs().get_dtype("dtype");
         const Tensor d = Tensor::from_vector<double>({value}, Shape{1});
-        onnx::NodeProto* n = c.emit("ConstantOfShape", {c.w.ints(c.attrs().get_ints("shape"))});
+        onnx::NodeProto* n = c.emit("ConstantOfShape", {output_shape(c)});
         onnx::AttributeProto* a = n->add_attribute();
         a->set_name("value");
         a->set_type(onnx::AttributeProto_AttributeType_TENSOR);
@@ -452,6 +591,10 @@ const absl::flat_hash_map<const kernels::OpDef*, Convert>& converters() {
       OnnxWriter::attr(n, "axis", c.attrs().get_int("axis"));
       OnnxWriter::attr(n, "largest", int64_t(c.attrs().get_bool("largest")));
     };
+    m[&kernels::lstm_op()] = [](Call& c) { recurrence(c, "LSTM", {0, 3, 1, 2}, 2, ""); };
+    m[&kernels::gru_op()] = [](Call& c) { recurrence(c, "GRU", {1, 0, 2}, 1, ""); };
+    m[&kernels::rnn_tanh_op()] = [](Call& c) { recurrence(c, "RNN", {0}, 1, "Tanh"); };
+    m[&kernels::rnn_relu_op()] = [](Call& c) { recurrence(c, "RNN", {0}, 1, "Relu"); };
     return t;
   }();
   return *table;

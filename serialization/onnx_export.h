@@ -10,10 +10,12 @@
 // hardware; no fused op reaches the file), one ONNX node or a few standard
 // ones per Tandem node (serialization/onnx_export.cc), opset 17, the
 // parameters as initializers under their own names. Free dimensions become
-// dim_params of the inputs and outputs, and a reshape whose target follows
-// one of them gets -1 there; an op whose other attributes follow them (a
-// slice to a free length), or an op without an ONNX form yet, is an Error
-// naming the node and its traced line, and nothing is written. The file is
+// dim_params of the inputs and outputs; a reshape whose target follows one
+// of them gets -1 there, and shapes that follow several (a reshape's, a
+// `full`'s) are computed as the model runs from the inputs' Shape. An op
+// whose other attributes follow them (a slice to a free length), or an op
+// without an ONNX form yet, is an Error naming the node and its traced
+// line, and nothing is written. The file is
 // written atomically.
 #pragma once
 

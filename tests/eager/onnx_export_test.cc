@@ -97,18 +97,31 @@ TEST(OnnxExport, TransformerBlockRoundTrips) {
   round_trip(net, Shape{3, 5, 16}, scratch.file("block.onnx"), {1, 3, 9});
 }
 
+TEST(OnnxExport, RecurrentLayersRoundTrip) {
+  Scratch scratch;
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE(kind);
+    manual_seed(14 + uint64_t(kind));
+    const nn::RecurrentOptions options{.input_size = 4, .hidden_size = 6, .num_layers = 2};
+    nn::Sequential net = kind == 0   ? nn::Sequential(nn::LSTM(options))
+                         : kind == 1 ? nn::Sequential(nn::GRU(options))
+                                     : nn::Sequential(nn::RNN(options));
+    round_trip(net, Shape{2, 5, 4}, scratch.file(str_cat("rnn", kind, ".onnx")), {1, 2, 6});
+  }
+}
+
 TEST(OnnxExport, WhatHasNoOnnxFormIsRefusedNamingTheNode) {
   Scratch scratch;
   manual_seed(13);
-  nn::LSTM net({.input_size = 4, .hidden_size = 8});
+  nn::MultiheadAttention net(8, 2);
   net.eval();
   net.hybridize();
   NoGradGuard no_grad;
-  net(randn({2, 5, 4}));
-  const std::string path = scratch.file("lstm.onnx");
+  net(randn({2, 5, 8}));
+  const std::string path = scratch.file("attention.onnx");
   const std::string error = error_of([&] { net.export_onnx(path); });
   EXPECT_THAT(error, HasSubstr("export_onnx('" + path + "'): the graph cannot be written as ONNX"));
-  EXPECT_THAT(error, HasSubstr("(lstm, traced at"));
+  EXPECT_THAT(error, HasSubstr("(scaled_dot_product_attention, traced at"));
   EXPECT_THAT(error, HasSubstr("no ONNX form yet"));
   EXPECT_FALSE(fs::exists(path));
 }
