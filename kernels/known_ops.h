@@ -18,6 +18,7 @@ struct OpDef;
 const OpDef& reshape_op();
 const OpDef& concat_op();
 const OpDef& take_op();
+const OpDef& embedding_op();
 const OpDef& expand_op();
 const OpDef& slice_op();
 const OpDef& split_op();

@@ -552,6 +552,32 @@ const absl::flat_hash_map<const kernels::OpDef*, Convert>& converters() {
     m[&kernels::take_op()] = [](Call& c) {
       OnnxWriter::attr(c.emit("Gather", c.in), "axis", c.attrs().get_int("axis"));
     };
+    m[&kernels::embedding_op()] = [](Call& c) {
+      OnnxWriter::attr(c.emit("Gather", c.in), "axis", int64_t{0});
+    };
+    m[&kernels::gather_nd_op()] = [](Call& c) {
+      OnnxWriter::attr(c.emit("GatherND", c.in), "batch_dims", c.attrs().get_int("batch_dims"));
+    };
+    m[&kernels::scatter_nd_add_op()] = [](Call& c) {
+      if (c.attrs().get_int("batch_dims") != 0) throw Refusal{"batch_dims != 0"};
+      OnnxWriter::attr(c.emit("ScatterND", c.in), "reduction", std::string("add"));
+    };
+    for (bool add : {false, true}) {
+      m[add ? &kernels::scatter_add_op() : &kernels::scatter_op()] = [add](Call& c) {
+        onnx::NodeProto* n = c.emit("ScatterElements", c.in);
+        OnnxWriter::attr(n, "axis", c.attrs().get_int("axis"));
+        if (add) OnnxWriter::attr(n, "reduction", std::string("add"));
+      };
+    }
+    m[&kernels::one_hot_op()] = [](Call& c) {
+      // ONNX's values [off, on] in the output's dtype, the depth as a tensor.
+      const DType t = c.attrs().get_dtype("dtype");
+      const Tensor values = kernels::call1(
+          kernels::cast_op(), {Tensor::from_vector<double>({0, 1}, Shape{2})}, {{"dtype", t}}, {});
+      OnnxWriter::attr(c.emit("OneHot", {c.in[0], c.w.ints({c.attrs().get_int("num_classes")}),
+                                         c.w.initializer(values)}),
+                       "axis", int64_t{-1});
+    };
     m[&kernels::gather_op()] = [](Call& c) {
       OnnxWriter::attr(c.emit("GatherElements", c.in), "axis", c.attrs().get_int("axis"));
     };

@@ -609,6 +609,7 @@ std::vector<Tensor> expand_gradient(const GradContext& c) {
 const OpDef& reshape_op() { return op_def<"reshape">(); }
 const OpDef& concat_op() { return op_def<"concat">(); }
 const OpDef& take_op() { return op_def<"take">(); }
+const OpDef& embedding_op() { return op_def<"embedding">(); }
 const OpDef& expand_op() { return op_def<"expand">(); }
 const OpDef& slice_op() { return op_def<"slice">(); }
 const OpDef& split_op() { return op_def<"split">(); }

@@ -110,6 +110,29 @@ TEST(OnnxExport, RecurrentLayersRoundTrip) {
   }
 }
 
+TEST(OnnxExport, EmbeddingModelRoundTrips) {
+  Scratch scratch;
+  manual_seed(17);
+  nn::Sequential net(nn::Embedding(50, 8), nn::Linear(8, 4), nn::ReLU());
+  net.eval();
+  net.hybridize();
+  NoGradGuard no_grad;
+  auto tokens = [](int64_t batch) {
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < batch * 6; ++i) ids.push_back((i * 37 + 11) % 50);
+    return Tensor::from_vector<int64_t>(ids, Shape{batch, 6});
+  };
+  net(tokens(2));
+  const std::string path = scratch.file("embedding.onnx");
+  net.export_onnx(path);
+  expect_valid_onnx(path);
+  const LoadedModel loaded = import_onnx(path);
+  for (int64_t batch : {1, 5}) {
+    const Tensor x = tokens(batch);
+    expect_near(values_of(loaded.run({x})[0]), values_of(net.forward(x)), 1e-6);
+  }
+}
+
 TEST(OnnxExport, WhatHasNoOnnxFormIsRefusedNamingTheNode) {
   Scratch scratch;
   manual_seed(13);

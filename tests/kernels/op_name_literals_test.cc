@@ -79,8 +79,9 @@ const std::map<std::string, std::set<std::string>> kNotOpNames = {
     // Resize's "linear" mode and "floor"/"ceil" nearest modes, LSTM's "clip".
     {"serialization/onnx_ops.cc",
      {"min", "max", "split", "add", "sum", "mean", "linear", "floor", "ceil", "clip"}},
-    // clip's attribute names, read to write ONNX's Clip.
-    {"serialization/onnx_export.cc", {"min", "max"}},
+    // clip's attribute names, read to write ONNX's Clip, and ONNX's "add"
+    // reduction of ScatterND and ScatterElements.
+    {"serialization/onnx_export.cc", {"min", "max", "add"}},
     // torch's names of a transformer layer's child module and activations.
     {"eager/nn/transformer.cc", {"dropout", "gelu", "relu"}},
 };
