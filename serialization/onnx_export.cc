@@ -106,9 +106,21 @@ class OnnxWriter {
   std::string ints(const Ints& v) {
     return initializer(Tensor::from_vector<int64_t>(v, Shape{int64_t(v.size())}));
   }
-  std::string scalar(double v, DType dtype) {
-    const Tensor d = Tensor::from_vector<double>({v}, Shape{});
-    return initializer(kernels::call1(kernels::cast_op(), {d}, {{"dtype", dtype}}, {}));
+  // `values` as a tensor of `dtype`.
+  static Tensor typed(std::vector<double> values, Shape shape, DType dtype) {
+    const Tensor d = Tensor::from_vector<double>(values, std::move(shape));
+    return kernels::call1(kernels::cast_op(), {d}, {{"dtype", dtype}}, {});
+  }
+  std::string scalar(double v, DType dtype) { return initializer(typed({v}, Shape{}, dtype)); }
+  // ConstantOfShape: `value` of `dtype` in the shape the tensor `shape` holds.
+  onnx::NodeProto* constant_of_shape(const std::string& shape, double value, DType dtype,
+                                     const std::string& out) {
+    onnx::NodeProto* n = node("ConstantOfShape", {shape}, {out});
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto_AttributeType_TENSOR);
+    fill(*a->mutable_t(), typed({value}, Shape{1}, dtype));
+    return n;
   }
 
   // The value's shape with, where a dimension is free, -1 if it is the only
@@ -267,6 +279,17 @@ Ints onnx_pads(const Ints& interleaved) {
   return pads;
 }
 
+// Conv or ConvTranspose with the window of Tandem's 2-D convolution.
+onnx::NodeProto* convolution(Call& c, const std::string& op) {
+  const Ints p = c.attrs().get_ints("padding");
+  onnx::NodeProto* n = c.emit(op, c.in);
+  OnnxWriter::attr(n, "strides", c.attrs().get_ints("stride"));
+  OnnxWriter::attr(n, "pads", Ints{p[0], p[1], p[0], p[1]});
+  OnnxWriter::attr(n, "dilations", c.attrs().get_ints("dilation"));
+  OnnxWriter::attr(n, "group", c.attrs().get_int("groups"));
+  return n;
+}
+
 void check_no_activation(Call& c) {
   if (c.attrs().has("activation") && c.attrs().get_string("activation") != "none") {
     throw Refusal{"a fused activation (export the graph before the passes)"};
@@ -294,12 +317,10 @@ void recurrence(Call& c, const std::string& op, const Ints& torch_block_of_onnx,
   for (int64_t block : torch_block_of_onnx) {
     for (int64_t u = 0; u < hidden; ++u) rows.push_back(block * hidden + u);
   }
-  std::vector<float> permutation(size_t(width * width), 0.0f);
-  for (int64_t r = 0; r < width; ++r) permutation[size_t(r * width + rows[size_t(r)])] = 1.0f;
+  std::vector<double> permutation(size_t(width * width), 0.0);
+  for (int64_t r = 0; r < width; ++r) permutation[size_t(r * width + rows[size_t(r)])] = 1.0;
   const DType t = c.in_dtype(0);
-  const Tensor w32 = Tensor::from_vector<float>(permutation, Shape{1, width, width});
-  const std::string w =
-      c.w.initializer(kernels::call1(kernels::cast_op(), {w32}, {{"dtype", t}}, {}));
+  const std::string w = c.w.initializer(OnnxWriter::typed(permutation, Shape{1, width, width}, t));
   const std::string order = c.w.ints(rows);
   auto gather = [&](const std::string& v) {
     const std::string g = c.w.fresh();
@@ -309,14 +330,7 @@ void recurrence(Call& c, const std::string& op, const Ints& torch_block_of_onnx,
   const std::string zero = c.w.ints({0});
   const std::string r = c.w.step("Unsqueeze", {gather(c.in[1]), zero});
   const std::string zeros_ih = c.w.fresh();
-  {
-    onnx::NodeProto* n = c.w.node("ConstantOfShape", {c.w.ints({width})}, {zeros_ih});
-    onnx::AttributeProto* a = n->add_attribute();
-    a->set_name("value");
-    a->set_type(onnx::AttributeProto_AttributeType_TENSOR);
-    const Tensor z = Tensor::from_vector<double>({0}, Shape{1});
-    OnnxWriter::fill(*a->mutable_t(), kernels::call1(kernels::cast_op(), {z}, {{"dtype", t}}, {}));
-  }
+  c.w.constant_of_shape(c.w.ints({width}), 0, t, zeros_ih);
   const std::string b_cat = c.w.fresh();
   OnnxWriter::attr(c.w.node("Concat", {zeros_ih, gather(c.in[2])}, {b_cat}), "axis", int64_t{0});
   const std::string b = c.w.step("Unsqueeze", {b_cat, zero});
@@ -477,21 +491,11 @@ const absl::flat_hash_map<const kernels::OpDef*, Convert>& converters() {
     };
     m[&kernels::conv2d_op()] = [](Call& c) {
       check_no_activation(c);
-      const Ints p = c.attrs().get_ints("padding");
-      onnx::NodeProto* n = c.emit("Conv", c.in);
-      OnnxWriter::attr(n, "strides", c.attrs().get_ints("stride"));
-      OnnxWriter::attr(n, "pads", Ints{p[0], p[1], p[0], p[1]});
-      OnnxWriter::attr(n, "dilations", c.attrs().get_ints("dilation"));
-      OnnxWriter::attr(n, "group", c.attrs().get_int("groups"));
+      convolution(c, "Conv");
     };
     m[&kernels::conv_transpose2d_op()] = [](Call& c) {
-      const Ints p = c.attrs().get_ints("padding");
-      onnx::NodeProto* n = c.emit("ConvTranspose", c.in);
-      OnnxWriter::attr(n, "strides", c.attrs().get_ints("stride"));
-      OnnxWriter::attr(n, "pads", Ints{p[0], p[1], p[0], p[1]});
-      OnnxWriter::attr(n, "dilations", c.attrs().get_ints("dilation"));
-      OnnxWriter::attr(n, "output_padding", c.attrs().get_ints("output_padding"));
-      OnnxWriter::attr(n, "group", c.attrs().get_int("groups"));
+      OnnxWriter::attr(convolution(c, "ConvTranspose"), "output_padding",
+                       c.attrs().get_ints("output_padding"));
     };
     for (bool max : {true, false}) {
       m[max ? &kernels::max_pool2d_op() : &kernels::avg_pool2d_op()] = [max](Call& c) {
@@ -572,8 +576,7 @@ const absl::flat_hash_map<const kernels::OpDef*, Convert>& converters() {
     m[&kernels::one_hot_op()] = [](Call& c) {
       // ONNX's values [off, on] in the output's dtype, the depth as a tensor.
       const DType t = c.attrs().get_dtype("dtype");
-      const Tensor values = kernels::call1(
-          kernels::cast_op(), {Tensor::from_vector<double>({0, 1}, Shape{2})}, {{"dtype", t}}, {});
+      const Tensor values = OnnxWriter::typed({0, 1}, Shape{2}, t);
       OnnxWriter::attr(c.emit("OneHot", {c.in[0], c.w.ints({c.attrs().get_int("num_classes")}),
                                          c.w.initializer(values)}),
                        "axis", int64_t{-1});
@@ -596,14 +599,7 @@ const absl::flat_hash_map<const kernels::OpDef*, Convert>& converters() {
         const double value = op == &kernels::full_op()   ? c.attrs().get_float("value")
                              : op == &kernels::ones_op() ? 1.0
                                                          : 0.0;
-        const DType t = c.attrs().get_dtype("dtype");
-        const Tensor d = Tensor::from_vector<double>({value}, Shape{1});
-        onnx::NodeProto* n = c.emit("ConstantOfShape", {output_shape(c)});
-        onnx::AttributeProto* a = n->add_attribute();
-        a->set_name("value");
-        a->set_type(onnx::AttributeProto_AttributeType_TENSOR);
-        OnnxWriter::fill(*a->mutable_t(),
-                         kernels::call1(kernels::cast_op(), {d}, {{"dtype", t}}, {}));
+        c.w.constant_of_shape(output_shape(c), value, c.attrs().get_dtype("dtype"), c.out[0]);
       };
     }
     m[&kernels::cumsum_op()] = [](Call& c) {

@@ -930,6 +930,12 @@ OnnxValue as_2d(Node& n, const OnnxValue& x) {
   d.insert(d.begin() + 2, 1);
   return reshape(n, x, d);
 }
+// And back: [N, C, 1, L] -> [N, C, L].
+OnnxValue from_2d(Node& n, const OnnxValue& y) {
+  Ints d = dims_of(n.meta(y).shape);
+  d.erase(d.begin() + 2);
+  return reshape(n, y, d);
+}
 Ints pair(const Window& w, const Ints& v, int64_t fill) {
   return w.spatial == 1 ? Ints{fill, v[0]} : v;
 }
@@ -1052,11 +1058,7 @@ void convert_conv(Node& n) {
                       {"dilation", pair(w, w.dilations, 1)},
                       {"groups", n.attr_int("group", 1)}},
                      {x, weight, bias});
-  if (one_d) {
-    Ints d = dims_of(n.meta(y).shape);
-    d.erase(d.begin() + 2);
-    y = reshape(n, y, d);
-  }
+  if (one_d) y = from_2d(n, y);
   n.set_output(0, y);
 }
 
@@ -1143,11 +1145,7 @@ void convert_conv_transpose(Node& n) {
                       {"output_padding", pair(w, output_padding, 0)},
                       {"groups", groups}},
                      {x, weight, bias});
-  if (one_d) {
-    Ints d = dims_of(n.meta(y).shape);
-    d.erase(d.begin() + 2);
-    y = reshape(n, y, d);
-  }
+  if (one_d) y = from_2d(n, y);
   for (size_t i = 0; i < k; ++i) {
     const int64_t axis = int64_t(i) + 2, dim = n.meta(y).shape[int(axis)];
     if (extra_end[i] > 0) {
@@ -1239,11 +1237,7 @@ void convert_pool(Node& n, bool max) {
                 {"padding", pair(win, win.pads_begin, 0)}};
     if (max) attrs.set("dilation", pair(win, win.dilations, 1));
     OnnxValue y = n.op(max ? kernels::max_pool2d_op() : kernels::avg_pool2d_op(), attrs, {v});
-    if (one_d) {
-      Ints d = dims_of(n.meta(y).shape);
-      d.erase(d.begin() + 2);
-      y = reshape(n, y, d);
-    }
+    if (one_d) y = from_2d(n, y);
     return y;
   };
   OnnxValue y = pool(x, w, fill);
