@@ -38,6 +38,8 @@
 #pragma once
 
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <source_location>
 
@@ -51,6 +53,8 @@ namespace tandem::engine {
 
 class Var;
 
+class Deferral;
+
 // What an op's function learns about where it runs.
 struct RunContext {
   Device device;
@@ -63,6 +67,46 @@ struct RunContext {
   // on, and returns without waiting for it (Note [GPU ops complete at
   // launch] in threaded_engine.cc). Null on the CPU.
   void* stream = nullptr;
+  // Lets the op finish after its function returns (Note [Ops that finish
+  // later]); null where the op must finish inside its function: on the
+  // naive engine, in an inline run, or inside a group of ops run as one.
+  Deferral* deferral = nullptr;
+};
+
+// Note [Ops that finish later]
+// An op whose work is carried out elsewhere (a collective that the
+// communication thread runs, distributed/README.md) need not hold a worker
+// while it waits: its function calls `context.deferral->defer()`, hands the
+// Completion to whoever does the work, and returns. The op's writes stay
+// pending, so every op that reads them still waits, until the Completion is
+// called, from any thread, once; the worker meanwhile runs other ops. This
+// is MXNet's PushAsync, which its kvstore pushes communication through. An
+// op that finds no deferral (null) does its work before returning.
+class Completion {
+ public:
+  using Finish = std::function<void(std::exception_ptr)>;
+  Completion() = default;
+  explicit Completion(Finish finish) : finish_(std::move(finish)) {}
+  // Ends the op: successfully for a null `failure`, else failed with that
+  // exception, as if its function had thrown it.
+  void operator()(std::exception_ptr failure = nullptr) {
+    Finish finish = std::move(finish_);
+    finish_ = nullptr;
+    if (finish) finish(std::move(failure));
+  }
+  explicit operator bool() const { return static_cast<bool>(finish_); }
+
+ private:
+  Finish finish_;
+};
+
+class Deferral {
+ public:
+  // At most once per op, inside its function.
+  virtual Completion defer() = 0;
+
+ protected:
+  ~Deferral() = default;
 };
 
 // An op's function. Closures of up to 96 bytes are stored without allocation.

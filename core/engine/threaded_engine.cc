@@ -3,6 +3,8 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <exception>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -502,6 +504,56 @@ void ThreadedEngine::dispatch(OpRecord* op) {
   }
 }
 
+// Note [Ops that finish later] (engine.h): the op completes when both its
+// function has returned and its Completion has been called, whichever comes
+// last, with the first failure of either.
+class ThreadedEngine::OpDeferral final : public Deferral {
+ public:
+  OpDeferral(ThreadedEngine* engine, OpRecord* op) : engine_(engine), op_(op) {}
+
+  Completion defer() override {
+    TANDEM_CHECK(state_ == nullptr, "an op deferred its completion twice");
+    state_ = std::make_shared<State>(engine_, op_);
+    return Completion([state = state_](std::exception_ptr failure) {
+      std::shared_ptr<const Error> error;
+      if (failure) {
+        try {
+          std::rethrow_exception(failure);
+        } catch (...) {
+          error = capture_failure(state->op->name, state->op->where);
+        }
+      }
+      state->arrive(std::move(error));
+    });
+  }
+
+  bool deferred() const { return state_ != nullptr; }
+  // The function has returned (`failure`: it threw).
+  void function_returned(std::shared_ptr<const Error> failure) { state_->arrive(failure); }
+
+ private:
+  struct State {
+    State(ThreadedEngine* engine, OpRecord* op) : engine(engine), op(op) {}
+    void arrive(std::shared_ptr<const Error> failure) {
+      if (failure) {
+        std::lock_guard lock(mu);
+        if (!first_failure) first_failure = std::move(failure);
+      }
+      if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+      engine->complete_after_event(op, first_failure);
+    }
+    ThreadedEngine* const engine;
+    OpRecord* const op;
+    std::atomic<int> pending{2};
+    std::mutex mu;
+    std::shared_ptr<const Error> first_failure;
+  };
+
+  ThreadedEngine* const engine_;
+  OpRecord* const op_;
+  std::shared_ptr<State> state_;
+};
+
 OpRecord* ThreadedEngine::run(OpRecord* op, const RunContext& context) {
   std::shared_ptr<const Error> failure = failed_input(*op);
   if (!failure && cancelling_.load(std::memory_order_relaxed)) {
@@ -511,16 +563,24 @@ OpRecord* ThreadedEngine::run(OpRecord* op, const RunContext& context) {
   }
   if (!failure) {
     int64_t begin = profiler::enabled() ? profiler::now_ns() : 0;
+    OpDeferral deferral(this, op);
     try {
       RunningOpScope running(op->name);
       if (op->device.is_cuda()) wait_for_other_gpus(*op);
-      op->fn(context);
+      RunContext with_deferral = context;
+      if (op->device.is_cpu()) with_deferral.deferral = &deferral;
+      op->fn(with_deferral);
     } catch (...) {
       failure = capture_failure(op->name, op->where);
-      note_failure(failure);
+      if (!deferral.deferred()) note_failure(failure);
     }
     if (begin != 0) {
       profiler::record(profiler::EventKind::kExecute, op->name, begin, profiler::now_ns(), op->id);
+    }
+    if (deferral.deferred()) {
+      // The op, maybe completed by now, is the Completion's from here on.
+      deferral.function_returned(std::move(failure));
+      return nullptr;
     }
   }
   if (!failure && op->device.is_cuda() && !stream_orders_every_var(*op)) {

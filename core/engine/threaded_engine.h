@@ -67,8 +67,10 @@ class ThreadedEngine final : public Engine {
   // Runs a ready op on a worker; returns a successor for the same worker.
   OpRecord* run(OpRecord* op, const RunContext& context);
   // Finishes a GPU op whose event has fired (Note [GPU ops complete at
-  // launch]); `failure`: a kernel of it failed on the device.
+  // launch]), or an op whose Completion came (Note [Ops that finish later]
+  // in engine.h); `failure`: it failed meanwhile.
   void complete_after_event(OpRecord* op, std::shared_ptr<const Error> failure);
+  class OpDeferral;
   // Releases the op's vars and dispatches what that unblocks; returns one
   // unblocked op on `continue_on` for the caller to run next, if any.
   OpRecord* complete(OpRecord* op, const Device* continue_on);
