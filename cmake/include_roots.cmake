@@ -1,7 +1,8 @@
 # Note [Include roots]
 #
 # The modules are layered, each including only those before it:
-#   core <- kernels <- trace <- serialization <- eager   (docs/ARCHITECTURE.md)
+#   core <- kernels <- trace <- serialization <- eager <- distributed
+#   (docs/ARCHITECTURE.md)
 # The build, not good will, keeps it so. No target sees the repository root;
 # each module instead gets an include root of its own: a folder in the build
 # tree holding one symbolic link, named like the module, to its sources. A

@@ -1,6 +1,9 @@
 #include "eager/autograd.h"
 
 #include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
@@ -214,6 +217,28 @@ void release(AutogradNode& node) {
   node.released = true;
 }
 
+struct PostBackwardHooks {
+  std::mutex mu;
+  int64_t next_id = 0;
+  std::vector<std::pair<int64_t, std::function<void()>>> hooks;
+};
+
+PostBackwardHooks& post_backward_hooks() {
+  static auto* hooks = new PostBackwardHooks;  // Never destroyed: backward may run at exit.
+  return *hooks;
+}
+
+void run_post_backward_hooks() {
+  std::vector<std::function<void()>> hooks;
+  {
+    PostBackwardHooks& all = post_backward_hooks();
+    std::lock_guard lock(all.mu);
+    if (all.hooks.empty()) return;
+    for (const auto& entry : all.hooks) hooks.push_back(entry.second);
+  }
+  for (const std::function<void()>& hook : hooks) hook();  // Unlocked: a hook may remove itself.
+}
+
 void run_backward(const Tensor& tensor, const Tensor& gradient, bool retain_graph) {
   const auto& meta = meta_of(tensor);
   TANDEM_CHECK(meta != nullptr && (meta->grad_fn || meta->requires_grad),
@@ -225,6 +250,7 @@ void run_backward(const Tensor& tensor, const Tensor& gradient, bool retain_grap
   if (seed.device() != tensor.device()) seed = seed.to(tensor.device());  // A CPU scalar.
   if (!meta->grad_fn) {  // A leaf: its gradient is the seed.
     meta->grad = accumulate(meta->grad, seed);
+    run_post_backward_hooks();
     return;
   }
   PendingGrads pending;
@@ -238,6 +264,7 @@ void run_backward(const Tensor& tensor, const Tensor& gradient, bool retain_grap
     route_input_grads(*node, node_input_grads(*node, std::move(grad_outputs)), pending);
     if (!retain_graph) release(*node);
   }
+  run_post_backward_hooks();
 }
 
 void set_requires_grad(const Tensor& tensor, bool requires_grad) {
@@ -288,5 +315,29 @@ const bool hooks_installed = [] {
 }  // namespace
 
 extern "C" const bool* tandem_eager_hooks_anchor() { return &hooks_installed; }
+
+int64_t add_post_backward_hook(std::function<void()> hook) {
+  PostBackwardHooks& all = post_backward_hooks();
+  std::lock_guard lock(all.mu);
+  all.hooks.emplace_back(all.next_id, std::move(hook));
+  return all.next_id++;
+}
+
+void remove_post_backward_hook(int64_t id) {
+  PostBackwardHooks& all = post_backward_hooks();
+  std::lock_guard lock(all.mu);
+  std::erase_if(all.hooks, [id](const auto& entry) { return entry.first == id; });
+}
+
+void set_grad(const Tensor& leaf, Tensor grad) {
+  const auto& meta = meta_of(leaf);
+  TANDEM_CHECK(meta != nullptr && meta->requires_grad && meta->grad_fn == nullptr,
+               "set_grad: the tensor is not a leaf that requires grad");
+  TANDEM_CHECK(!grad.defined() || (grad.shape() == leaf.shape() && grad.dtype() == leaf.dtype()),
+               "set_grad: a gradient of shape ", grad.shape().to_string(), " and dtype ",
+               dtype_name(grad.dtype()), " for a leaf of shape ", leaf.shape().to_string(),
+               " and dtype ", dtype_name(leaf.dtype()));
+  meta->grad = std::move(grad);
+}
 
 }  // namespace tandem

@@ -84,4 +84,18 @@ class NoGradGuard {
 // True unless a NoGradGuard is alive on this thread.
 bool grad_mode_enabled();
 
+// Runs `hook` at the end of every backward() in this process, on the thread
+// that called it, once backward has pushed the gradient of every leaf it
+// reached (pushed, not computed: the gradients are still being computed
+// when the hook runs). DistributedDataParallel starts averaging gradients
+// there, so that the averaging overlaps what remains of backward. Ops the
+// hook calls are not recorded by autograd. Returns an id for
+// remove_post_backward_hook.
+int64_t add_post_backward_hook(std::function<void()> hook);
+void remove_post_backward_hook(int64_t id);
+
+// Replaces a leaf's accumulated gradient (DistributedDataParallel's average
+// of every rank's); `grad` must have the leaf's shape and dtype.
+void set_grad(const Tensor& leaf, Tensor grad);
+
 }  // namespace tandem

@@ -9,6 +9,7 @@
 
 #include "core/engine/object_pool.h"
 #include "core/error.h"
+#include "kernels/communicator.h"
 #include "kernels/cpu/team_binding.h"
 #include "kernels/known_ops.h"
 #include "kernels/thread_budget.h"
@@ -344,8 +345,9 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> given, const Attrs& a
   absl::InlinedVector<engine::Var*, 4> reads, writes;
   for (const Tensor& t : inputs) reads.push_back(t.var());
   for (const Tensor& t : outputs) writes.push_back(t.var());
+  if (op.collective) writes.push_back(collective_order_var());
   engine::Engine& engine = engine::current();
-  if (run_device.is_cpu() && is_tiny(op, inputs, outputs)) {
+  if (run_device.is_cpu() && !op.collective && is_tiny(op, inputs, outputs)) {
     // Note [Tiny ops run inline] in core/engine/threaded_engine.cc: on the
     // inputs' snapshots and the new outputs, which nothing can rebind while
     // it runs.

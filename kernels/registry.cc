@@ -33,6 +33,7 @@ const Registry& Registry::global() {
     register_interpolate_ops(*r);
     register_attention_ops(*r);
     register_recurrence_ops(*r);
+    register_collective_ops(*r);
 #ifdef TANDEM_WITH_CUDA
     register_cuda_kernels(*r);  // After the ops whose slots it fills.
 #endif

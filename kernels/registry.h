@@ -143,6 +143,11 @@ struct OpDef {
   // did not create). Graphs, and calls a tracer records (it tells values
   // apart by their storage), run the kernel.
   bool is_view = false;
+  // It exchanges data with other processes through a communicator
+  // (kernels/communicator.h): eager dispatch and the executor order it after
+  // every collective pushed before it (Note [Collectives run in program
+  // order]), never run it inline, and let it finish after its kernel returns.
+  bool collective = false;
   // For the ops of kernels/elementwise_ops.h: the op's formula traits (its
   // fused-program instruction, its fused activation); null for the rest.
   const ElementwiseInfo* elementwise = nullptr;

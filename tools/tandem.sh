@@ -27,6 +27,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libonnx-dev libprotobuf-dev libonnx-testdata
+  libopenmpi-dev openmpi-bin
   clang-format clang-16 libclang-rt-16-dev libomp-16-dev
   dataset-fashion-mnist fortunes
 )

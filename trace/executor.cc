@@ -11,6 +11,7 @@
 #include "core/cuda/runtime.h"
 #include "core/engine/engine.h"
 #include "core/error.h"
+#include "kernels/communicator.h"
 #include "kernels/dispatch.h"
 #include "kernels/known_ops.h"
 
@@ -308,6 +309,8 @@ void build_steps(Executor::Program& p, const Placement& at) {
     int position = 0;
     for (ValueId id : node.inputs) place(id, position++, &step.inputs, nullptr);
     for (ValueId id : node.outputs) place(id, position++, nullptr, &step.outputs);
+    // Note [Collectives run in program order] in kernels/communicator.h.
+    if (node.op->collective) step.writes.push_back(kernels::collective_order_var());
     p.steps.push_back(std::move(step));
   }
 }
@@ -317,9 +320,16 @@ void build_steps(Executor::Program& p, const Placement& at) {
 void build_segments(Executor::Program& p) {
   const int max_nodes = std::max(1, p.options.max_segment_nodes);
   const int num_steps = static_cast<int>(p.steps.size());
-  for (int begin = 0; begin < num_steps; begin += max_nodes) {
-    Executor::Program::Segment segment{begin, std::min(begin + max_nodes, num_steps), {}, {}, {},
-                                       {}};
+  auto is_collective = [&](int i) { return p.steps[static_cast<size_t>(i)].op->collective; };
+  for (int begin = 0, end = 0; begin < num_steps; begin = end) {
+    // A collective is a segment of its own, which may finish after its
+    // function returns (Note [Ops that finish later] in core/engine/engine.h)
+    // while the worker runs the segments that do not read its output.
+    end = begin + 1;
+    if (!is_collective(begin)) {
+      while (end < std::min(begin + max_nodes, num_steps) && !is_collective(end)) ++end;
+    }
+    Executor::Program::Segment segment{begin, end, {}, {}, {}, {}};
     for (int i = segment.begin; i < segment.end; ++i) {
       const Executor::Program::Step& step = p.steps[static_cast<size_t>(i)];
       segment.reads.insert(segment.reads.end(), step.reads.begin(), step.reads.end());
@@ -370,7 +380,9 @@ Executor::Executor(Graph graph, ExecutorOptions options) {
   if (options.device.is_cuda() && options.cuda_graph) {
     p.captured = std::make_unique<Program::Captured>();
   }
-  if (options.device.is_cpu() && small_enough_for_the_caller(p.graph)) {
+  const bool communicates = std::any_of(p.graph.nodes.begin(), p.graph.nodes.end(),
+                                        [](const Node& node) { return node.op->collective; });
+  if (options.device.is_cpu() && !communicates && small_enough_for_the_caller(p.graph)) {
     p.runs_on_caller = true;
     collect_caller_vars(p);
   }
@@ -478,8 +490,15 @@ std::vector<Tensor> Executor::run(absl::Span<const Tensor> inputs,
     engine.push(
         [&segment, frame](const engine::RunContext& run) {
           const Program& program = *frame->program;
+          if (segment.end - segment.begin == 1) {
+            run_step(program.steps[static_cast<size_t>(segment.begin)], *frame, run);
+            return;
+          }
+          // A step after this one may read what it writes: none finishes later.
+          engine::RunContext in_order = run;
+          in_order.deferral = nullptr;
           for (int i = segment.begin; i < segment.end; ++i) {
-            run_step(program.steps[static_cast<size_t>(i)], *frame, run);
+            run_step(program.steps[static_cast<size_t>(i)], *frame, in_order);
           }
         },
         p.options.device, reads, writes, first.op->name.c_str(), first.where);

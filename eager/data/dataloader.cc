@@ -183,7 +183,8 @@ class DataLoader::Epoch {
       const int64_t count =
           std::min<int64_t>(options_.batch_size, static_cast<int64_t>(order_.size()) - begin);
       const bool pin_rows = pin_ && !options_.transform;
-      item.batch = gather(tensors_, order_.data() + begin, count, !options_.shuffle, pin_rows);
+      const bool consecutive = !options_.shuffle && !options_.sampler;
+      item.batch = gather(tensors_, order_.data() + begin, count, consecutive, pin_rows);
       if (options_.transform) {
         item.batch = options_.transform(std::move(item.batch));
         if (pin_) {
@@ -256,6 +257,8 @@ DataLoader::DataLoader(std::vector<Tensor> tensors, DataLoaderOptions options,
                        std::source_location where)
     : tensors_(std::move(tensors)), options_(std::move(options)), where_(where) {
   CallSiteScope site("DataLoader", where);
+  TANDEM_CHECK(!(options_.shuffle && options_.sampler),
+               "give either shuffle or a sampler, not both: the sampler chooses the order");
   TANDEM_CHECK(options_.batch_size >= 1, "batch_size must be at least 1, got ",
                options_.batch_size);
   TANDEM_CHECK(options_.prefetch >= 0, "prefetch must be 0 (no thread) or more, got ",
@@ -279,29 +282,49 @@ DataLoader::DataLoader(std::vector<Tensor> tensors, DataLoaderOptions options,
 
 DataLoader::~DataLoader() = default;
 
-int64_t DataLoader::size() const {
-  const int64_t full = num_rows_ / options_.batch_size;
-  const bool partial = num_rows_ % options_.batch_size != 0;
+std::vector<int64_t> shuffled_rows(int64_t num_rows, uint64_t seed) {
+  std::vector<int64_t> order(static_cast<size_t>(num_rows));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  // Fisher-Yates, last position first.
+  SplitMix64 rng(seed);
+  for (int64_t i = num_rows - 1; i > 0; --i) {
+    std::swap(order[i], order[rng.below(static_cast<uint64_t>(i) + 1)]);
+  }
+  return order;
+}
+
+int64_t DataLoader::batches_in(int64_t rows) const {
+  const int64_t full = rows / options_.batch_size;
+  const bool partial = rows % options_.batch_size != 0;
   return full + (partial && !options_.drop_last ? 1 : 0);
 }
 
+int64_t DataLoader::size() const {
+  if (options_.sampler) return batches_in(static_cast<int64_t>(epoch_order(next_epoch_).size()));
+  return batches_in(num_rows_);
+}
+
 std::vector<int64_t> DataLoader::epoch_order(uint64_t epoch) const {
+  if (options_.sampler) {
+    std::vector<int64_t> order = options_.sampler(epoch, num_rows_);
+    for (size_t i = 0; i < order.size(); ++i) {
+      TANDEM_CHECK(order[i] >= 0 && order[i] < num_rows_, "the sampler's row ", i, " of epoch ",
+                   epoch, " is ", order[i], ", outside the data set's ", num_rows_, " rows");
+    }
+    return order;
+  }
+  if (options_.shuffle) return shuffled_rows(num_rows_, options_.seed + epoch);
   std::vector<int64_t> order(static_cast<size_t>(num_rows_));
   std::iota(order.begin(), order.end(), int64_t{0});
-  if (options_.shuffle) {
-    // Fisher-Yates, last position first.
-    SplitMix64 rng(options_.seed + epoch);
-    for (int64_t i = num_rows_ - 1; i > 0; --i) {
-      std::swap(order[i], order[rng.below(static_cast<uint64_t>(i) + 1)]);
-    }
-  }
   return order;
 }
 
 DataLoader::Iterator DataLoader::begin() {
   const uint64_t epoch = next_epoch_++;
+  std::vector<int64_t> order = epoch_order(epoch);
+  const int64_t num_batches = batches_in(static_cast<int64_t>(order.size()));
   auto state =
-      std::make_unique<Epoch>(tensors_, options_, epoch, epoch_order(epoch), size(), where_);
+      std::make_unique<Epoch>(tensors_, options_, epoch, std::move(order), num_batches, where_);
   state->start();
   Iterator it(std::move(state));
   it.epoch_->advance();  // On failure, `it` stops and joins the producer.

@@ -96,7 +96,17 @@ struct DataLoaderOptions {
   // When this machine has no CUDA device (cuda_device_count() == 0) it does
   // nothing: pinned memory needs one, and a CPU-only run loses nothing.
   bool pin_memory = false;
+  // Chooses each epoch's rows, in order, in place of shuffle: called with
+  // the epoch index and the data set's row count, it returns row indices
+  // below that count (e.g. distributed::DistributedSampler, each rank's
+  // shard). Empty: every row, shuffled or not.
+  std::function<std::vector<int64_t>(uint64_t epoch, int64_t num_rows)> sampler;
 };
+
+// The rows 0..num_rows-1 in the seeded order of Note [DataLoader epochs and
+// order] (a shuffle with `seed` + the epoch index): the same on every
+// platform, so samplers on different machines agree on it.
+std::vector<int64_t> shuffled_rows(int64_t num_rows, uint64_t seed);
 
 class DataLoader {
  public:
@@ -117,7 +127,8 @@ class DataLoader {
   // The end of any epoch.
   Iterator end();
 
-  // Batches per epoch: ceil(N / batch_size), or floor with drop_last.
+  // Batches per epoch: ceil(N / batch_size), or floor with drop_last, where
+  // N is the number of rows an epoch visits (all, or the sampler's).
   int64_t size() const;
   // N, the rows of the data set.
   int64_t num_rows() const { return num_rows_; }
@@ -129,6 +140,7 @@ class DataLoader {
   // The order of rows in epoch `epoch`: a permutation of 0..N-1 when
   // shuffling, 0..N-1 otherwise. Exposed for tests and for reproducing a run.
   std::vector<int64_t> epoch_order(uint64_t epoch) const;
+  int64_t batches_in(int64_t rows) const;
 
   // One epoch's producer, queue and position; shared by an iterator and its
   // producer thread. Defined in dataloader.cc.

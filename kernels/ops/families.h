@@ -24,6 +24,7 @@ void register_padding_ops(Registry& registry);             // padding.cc
 void register_interpolate_ops(Registry& registry);         // interpolate.cc
 void register_attention_ops(Registry& registry);           // attention.cc
 void register_recurrence_ops(Registry& registry);          // recurrence.cc
+void register_collective_ops(Registry& registry);          // collective.cc
 
 // The CUDA kernels of every family (kernels/cuda/register.cc), in CUDA builds.
 void register_cuda_kernels(Registry& registry);

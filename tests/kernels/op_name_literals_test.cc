@@ -1,7 +1,7 @@
 // One place per op: outside the tests, an op's name is written as a string
 // literal only where the op is defined and in its eager wrapper
-// (eager/ops.h, eager/ops.cc). Code that needs a particular op elsewhere
-// reads a trait of its OpDef, holds a handle (kernels/known_ops.h) or the
+// (eager/ops.h, eager/ops.cc; the collectives' in distributed/collectives.cc). Code that needs a
+// particular op elsewhere reads a trait of its OpDef, holds a handle (kernels/known_ops.h) or the
 // op's struct (kernels/elementwise_ops.h), so that renaming or removing an op
 // breaks the build rather than a string compared somewhere.
 //
@@ -70,15 +70,18 @@ const std::map<std::string, std::set<std::string>> kNotOpNames = {
     // Values of the losses' "reduction" attribute.
     {"kernels/ops/softmax_loss.cc", {"mean", "sum"}},
     {"kernels/cuda/softmax_loss.cu", {"mean", "sum"}},
+    // Values of the collectives' "reduction" attribute.
+    {"kernels/ops/collective.cc", {"sum", "mean", "max", "min"}},
     // batch_norm's inputs, named in its errors.
     {"kernels/ops/norm.cc", {"mean", "var"}},
     // A value of interpolate's "mode" attribute.
     {"kernels/ops/interpolate.cc", {"linear"}},
     // Tandem's attribute names (clip's "min" and "max") and ONNX's names and
     // values: Split's "split", the "add" and "sum"/"mean" reductions,
-    // Resize's "linear" mode and "floor"/"ceil" nearest modes, LSTM's "clip".
+    // Resize's "linear" mode and "floor"/"ceil" nearest modes, LSTM's "clip",
+    // the "broadcast" attribute of binary ops before opset 7.
     {"serialization/onnx_ops.cc",
-     {"min", "max", "split", "add", "sum", "mean", "linear", "floor", "ceil", "clip"}},
+     {"min", "max", "split", "add", "sum", "mean", "linear", "floor", "ceil", "clip", "broadcast"}},
     // clip's attribute names, read to write ONNX's Clip, and ONNX's "add"
     // reduction of ScatterND and ScatterElements.
     {"serialization/onnx_export.cc", {"min", "max", "add"}},
@@ -118,7 +121,8 @@ TEST(OpNameLiteralsTest, OnlyDefinitionsAndEagerWrappersNameOps) {
   ASSERT_GT(ops.size(), 50u);
 
   const fs::path root = TANDEM_SOURCE_DIR;
-  const std::set<std::string> wrappers = {"eager/ops.h", "eager/ops.cc"};
+  const std::set<std::string> wrappers = {"eager/ops.h", "eager/ops.cc",
+                                          "distributed/collectives.cc"};
   std::map<std::string, std::vector<std::string>> misplaced;  // File -> "line: name".
   // The attribute names of the ops each file defines (clip's "min" and
   // "max") are not op names there.
@@ -129,7 +133,8 @@ TEST(OpNameLiteralsTest, OnlyDefinitionsAndEagerWrappersNameOps) {
     return false;
   };
   int files = 0;
-  for (const char* module : {"core", "kernels", "trace", "serialization", "eager", "tools"}) {
+  for (const char* module :
+       {"core", "kernels", "trace", "serialization", "eager", "distributed", "tools"}) {
     for (const auto& entry : fs::recursive_directory_iterator(root / module)) {
       const std::string ext = entry.path().extension().string();
       if (ext != ".h" && ext != ".cc" && ext != ".cu" && ext != ".cuh") continue;

@@ -1,0 +1,203 @@
+#include "distributed/distributed.h"
+
+#include <mpi.h>
+
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+
+#include "core/engine/engine.h"
+#include "core/environment.h"
+#include "core/error.h"
+#include "kernels/communicator.h"
+
+#include "distributed/mpi_communicator.h"
+
+namespace tandem::distributed {
+namespace {
+
+struct Group {
+  std::shared_ptr<MpiCommunicator> communicator;  // Null where this rank is not a member.
+};
+
+struct World {
+  std::mutex mu;
+  bool initialized = false;
+  bool finalized = false;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{0};
+  int next_group = 1;
+  absl::flat_hash_map<int, Group> groups;
+};
+
+World& world() {
+  static auto* w = new World;  // Never destroyed: finalize() may run at exit.
+  return *w;
+}
+
+std::chrono::milliseconds timeout_from(const InitOptions& options) {
+  if (options.timeout.count() > 0) return options.timeout;
+  const int64_t seconds =
+      environment::integer("TANDEM_DISTRIBUTED_TIMEOUT", 1, int64_t{7} * 24 * 3600, 300,
+                           "seconds a collective waits for the other ranks");
+  return std::chrono::milliseconds(seconds * 1000);
+}
+
+void check_initialized(const char* what) {
+  TANDEM_CHECK(world().initialized && !world().finalized, what,
+               " needs tandem::distributed::init() first",
+               world().finalized ? " (finalize() has run)" : "");
+}
+
+// Ends MPI at exit if the program did not (Note [Draining at exit] in
+// core/engine/engine.cc runs first, so no op is pending by then).
+struct FinalizeAtExit {
+  ~FinalizeAtExit() {
+    try {
+      finalize();
+    } catch (...) {
+    }
+  }
+};
+
+}  // namespace
+
+void init(InitOptions options) {
+  World& w = world();
+  std::lock_guard lock(w.mu);
+  if (w.initialized) return;
+  TANDEM_CHECK(!w.finalized, "distributed::init() after finalize(): MPI cannot start twice");
+  const std::chrono::milliseconds timeout = timeout_from(options);
+  int already = 0;
+  MPI_Initialized(&already);
+  int provided = MPI_THREAD_SINGLE;
+  if (!already) {
+    TANDEM_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) == MPI_SUCCESS,
+                 "MPI could not start (MPI_Init_thread failed)");
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  TANDEM_CHECK(provided >= MPI_THREAD_MULTIPLE,
+               "this MPI library does not support MPI_THREAD_MULTIPLE (it gave level ", provided,
+               "), which Tandem's communication threads need");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  w.timeout = timeout;
+  auto communicator = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, 0, timeout);
+  w.groups[0] = Group{communicator};
+  kernels::install_communicator(0, communicator);
+  w.initialized = true;
+  static FinalizeAtExit finalize_at_exit;
+}
+
+bool is_initialized() {
+  std::lock_guard lock(world().mu);
+  return world().initialized && !world().finalized;
+}
+
+void finalize() {
+  World& w = world();
+  {
+    std::lock_guard lock(w.mu);
+    if (!w.initialized || w.finalized) return;
+  }
+  std::exception_ptr pending_failure;
+  try {
+    engine::current().wait_all();
+  } catch (...) {
+    pending_failure = std::current_exception();
+  }
+  std::lock_guard lock(w.mu);
+  bool stuck = false;
+  for (auto& [id, group] : w.groups) {
+    kernels::remove_communicator(id);
+    if (group.communicator == nullptr) continue;
+    group.communicator->stop();
+    stuck = stuck || group.communicator->stuck();
+  }
+  w.finalized = true;
+  // MPI_Finalize would wait forever for a collective whose ranks never
+  // came: leave MPI to the process's exit then.
+  if (!stuck) MPI_Finalize();
+  if (pending_failure) std::rethrow_exception(pending_failure);
+}
+
+int rank() {
+  check_initialized("distributed::rank()");
+  return world().rank;
+}
+
+int world_size() {
+  check_initialized("distributed::world_size()");
+  return world().size;
+}
+
+int ProcessGroup::rank() const {
+  check_initialized("ProcessGroup::rank()");
+  std::lock_guard lock(world().mu);
+  const Group& group = world().groups.at(id_);
+  return group.communicator ? group.communicator->rank() : -1;
+}
+
+int ProcessGroup::size() const {
+  check_initialized("ProcessGroup::size()");
+  std::lock_guard lock(world().mu);
+  const Group& group = world().groups.at(id_);
+  return group.communicator ? group.communicator->size() : 0;
+}
+
+ProcessGroup new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+  check_initialized("distributed::new_group()");
+  World& w = world();
+  std::lock_guard lock(w.mu);
+  std::vector<bool> seen(static_cast<size_t>(w.size), false);
+  int my_position = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    TANDEM_CHECK(r >= 0 && r < w.size, "new_group: rank ", r, " is not in the world (ranks 0 to ",
+                 w.size - 1, ")");
+    TANDEM_CHECK(!seen[static_cast<size_t>(r)], "new_group: rank ", r, " is listed twice");
+    seen[static_cast<size_t>(r)] = true;
+    if (r == w.rank) my_position = static_cast<int>(i);
+  }
+  TANDEM_CHECK(!ranks.empty(), "new_group: no ranks given");
+  // Wait for the world's pending collectives: MPI_Comm_split is one too, on
+  // MPI_COMM_WORLD, which no communication thread uses.
+  MPI_Comm split = MPI_COMM_NULL;
+  const int code =
+      MPI_Comm_split(MPI_COMM_WORLD, my_position >= 0 ? 0 : MPI_UNDEFINED, my_position, &split);
+  TANDEM_CHECK(code == MPI_SUCCESS, "new_group: MPI_Comm_split failed");
+  const int id = w.next_group++;
+  Group group;
+  if (split != MPI_COMM_NULL) {
+    group.communicator =
+        std::make_shared<MpiCommunicator>(split, id, timeout.count() > 0 ? timeout : w.timeout);
+    MPI_Comm_free(&split);
+    kernels::install_communicator(id, group.communicator);
+  }
+  w.groups[id] = std::move(group);
+  return ProcessGroup(id);
+}
+
+void barrier(const ProcessGroup& group, std::source_location where) {
+  check_initialized("distributed::barrier()");
+  TANDEM_CHECK(group.contains_me(), "barrier: this rank is not a member of process group ",
+               group.id());
+  std::shared_ptr<kernels::Communicator> communicator = kernels::communicator(group.id());
+  engine::Engine& engine = engine::current();
+  engine::Var* order = kernels::collective_order_var();
+  engine.push(
+      [communicator](const engine::RunContext& run) {
+        kernels::CollectiveCall call;
+        call.kind = kernels::CollectiveKind::kBarrier;
+        kernels::run_collective(*communicator, std::move(call), run);
+      },
+      Device::cpu(), {}, {&order, 1}, "barrier", where);
+  engine.wait_all();
+}
+
+}  // namespace tandem::distributed

@@ -1,0 +1,61 @@
+// The communicator of one process group over MPI (kernels/communicator.h).
+// Internal to distributed/; distributed.h is the interface.
+//
+// Note [One thread talks to MPI]
+// Each communicator has one thread, which carries out its collectives one
+// at a time, in the order the engine started them (Note [Collectives run in
+// program order] in kernels/communicator.h): it starts MPI's non-blocking
+// call, tests it until it is done and then calls the op's Completion, so no
+// engine worker waits for the network. Horovod's background thread and
+// MXNet's kvstore make the same choice.
+//
+// Note [A collective that does not finish]
+// MPI cannot cancel a collective, and a peer that has died or stopped
+// calling leaves the others waiting forever. The thread therefore waits at
+// most the group's timeout; then the collective fails with an Error naming
+// it (op, sequence number, group) and the ranks that did not arrive, and the
+// communicator is broken: every later collective of the group fails at once
+// with the same message. To know who arrived, each rank announces on a
+// duplicate communicator the sequence number of each collective it starts
+// (one 8-byte message per peer, skipped while the previous one to that peer
+// is still in flight), and reads the others' announcements while it waits.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "kernels/communicator.h"
+
+namespace tandem::distributed {
+
+class MpiCommunicator final : public kernels::Communicator {
+ public:
+  // Duplicates `comm` (a collective call over it); `group`: the group's
+  // number, for messages.
+  MpiCommunicator(MPI_Comm comm, int group, std::chrono::milliseconds timeout);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override;
+  int size() const override;
+  void start(kernels::CollectiveCall call, engine::Completion done) override;
+
+  // Finishes the collectives already started, stops the thread and frees
+  // the MPI communicators (before MPI_Finalize). Idempotent.
+  void stop();
+  // After stop(): a collective that timed out is still inside MPI (its late
+  // ranks never came), so MPI_Finalize would wait for it forever.
+  bool stuck() const;
+  // The message of the collective that broke the group, empty if none.
+  std::string broken() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tandem::distributed
