@@ -40,6 +40,9 @@ struct Registry {
   std::string path;
   bool running = false;
   int next_tid = 1;
+  int pid = 1;  // set_process
+  std::string process_name;
+  std::string tag;
   // Buffers stay registered after their thread exits, so its events are kept.
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;
 };
@@ -107,6 +110,18 @@ std::vector<ThreadEvents> take_events(const std::vector<std::shared_ptr<ThreadBu
   return taken;
 }
 
+// The file a profile given `path` goes to: `tag` (set_process) before the
+// extension, if there is a tag.
+std::string tagged(const std::string& path, const std::string& tag) {
+  if (tag.empty()) return path;
+  const size_t slash = path.find_last_of('/');
+  const size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
+    return str_cat(path, ".", tag);
+  }
+  return str_cat(path.substr(0, dot), ".", tag, path.substr(dot));
+}
+
 // The profile is written to this file beside `path`, then renamed onto it,
 // so that `path` is never left half written.
 std::string partial_path(const std::string& path) { return path + ".partial"; }
@@ -120,7 +135,8 @@ void check_writable(const std::string& path) {
                std::strerror(errno), ")");
 }
 
-void write_trace(const std::string& path, const std::vector<ThreadEvents>& threads) {
+void write_trace(const std::string& path, const std::vector<ThreadEvents>& threads, int pid,
+                 const std::string& process_name) {
   std::string partial = partial_path(path);
   std::ofstream out(partial, std::ios::trunc);
   TANDEM_CHECK(out.good(), "profiler: cannot open '", partial, "' for writing");
@@ -130,12 +146,16 @@ void write_trace(const std::string& path, const std::vector<ThreadEvents>& threa
   auto micros = [](int64_t ns) {
     return str_cat(ns / 1000, ".", absl::Dec(ns % 1000, absl::kZeroPad3));
   };
+  if (!process_name.empty()) {
+    out << separator() << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << pid
+        << ",\"args\":{\"name\":\"" << escape(process_name) << "\"}}";
+  }
   for (const ThreadEvents& thread : threads) {
-    out << separator() << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":" << thread.tid
-        << ",\"args\":{\"name\":\"" << escape(thread.name) << "\"}}";
+    out << separator() << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << pid
+        << ",\"tid\":" << thread.tid << ",\"args\":{\"name\":\"" << escape(thread.name) << "\"}}";
     for (const Event& e : thread.events) {
       out << separator() << "{\"ph\":\"X\",\"cat\":\"" << category(e.kind) << "\",\"name\":\""
-          << escape(e.name) << "\",\"pid\":1,\"tid\":" << thread.tid
+          << escape(e.name) << "\",\"pid\":" << pid << ",\"tid\":" << thread.tid
           << ",\"ts\":" << micros(e.begin_ns) << ",\"dur\":" << micros(e.end_ns - e.begin_ns)
           << "}";
       if (e.flow != 0 && e.kind != EventKind::kWait) {
@@ -143,7 +163,8 @@ void write_trace(const std::string& path, const std::vector<ThreadEvents>& threa
         bool start = e.kind == EventKind::kPush;
         out << separator() << "{\"ph\":\"" << (start ? "s" : "f") << "\","
             << (start ? "" : "\"bp\":\"e\",") << "\"cat\":\"op\",\"name\":\"op\",\"id\":" << e.flow
-            << ",\"pid\":1,\"tid\":" << thread.tid << ",\"ts\":" << micros(e.begin_ns) << "}";
+            << ",\"pid\":" << pid << ",\"tid\":" << thread.tid << ",\"ts\":" << micros(e.begin_ns)
+            << "}";
       }
     }
   }
@@ -166,7 +187,7 @@ void start(std::string path) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   TANDEM_CHECK(!r.running, "profiler: already running (writing to '", r.path, "')");
-  check_writable(path);
+  check_writable(tagged(path, r.tag));
   r.path = std::move(path);
   r.running = true;
   take_events(r.buffers);  // Drop stragglers recorded after the last stop().
@@ -176,16 +197,28 @@ void start(std::string path) {
 void stop() {
   Registry& r = registry();
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;
-  std::string path;
+  std::string path, process_name;
+  int pid = 1;
   {
     std::lock_guard lock(r.mu);
     if (!r.running) return;
     r.running = false;
     detail::enabled.store(false, std::memory_order_relaxed);
     buffers = r.buffers;
-    path = r.path;
+    path = tagged(r.path, r.tag);
+    pid = r.pid;
+    process_name = r.process_name;
   }
-  write_trace(path, take_events(buffers));
+  write_trace(path, take_events(buffers), pid, process_name);
+}
+
+void set_process(int id, std::string name, const std::string& tag) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  if (r.running) check_writable(tagged(r.path, tag));
+  r.pid = id;
+  r.process_name = std::move(name);
+  r.tag = tag;
 }
 
 void set_thread_name(std::string name) {

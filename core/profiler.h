@@ -43,6 +43,15 @@ int64_t now_ns();
 // The name this thread has in the timeline ("frontend N" by default).
 void set_thread_name(std::string name);
 
+// Names this process in the timeline, for a program that runs as several
+// processes (distributed::init calls it with the rank): its events carry
+// `id` as their process, under `name`, and its profile (recorded now or
+// started later) goes to its own file, `tag` inserted before the path's
+// extension (trace.json -> trace.rank1.json), so that the processes do not
+// overwrite each other's. Throws tandem::Error naming the new path if a
+// profile is being recorded and it cannot be written there.
+void set_process(int id, std::string name, const std::string& tag);
+
 enum class EventKind : uint8_t {
   kPush,     // On the caller's thread: time spent inside push().
   kExecute,  // On a worker (or the caller, for a tiny op run inline): the op running.

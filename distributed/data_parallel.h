@@ -47,7 +47,7 @@ struct DataParallelOptions {
   // branch not taken): they then contribute zeros to the average. Off, such
   // a backward is an Error naming the parameter, as in torch.
   bool find_unused_parameters = false;
-  ProcessGroup group;
+  ProcessGroup group = ProcessGroup();
 };
 
 class DistributedDataParallel {

@@ -11,6 +11,7 @@
 #include "core/engine/engine.h"
 #include "core/environment.h"
 #include "core/error.h"
+#include "core/profiler.h"
 #include "kernels/communicator.h"
 
 #include "distributed/mpi_communicator.h"
@@ -87,6 +88,10 @@ void init(InitOptions options) {
   MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &w.size);
   w.timeout = timeout;
+  if (w.size > 1) {
+    // Each rank's timeline in a file of its own, named by its rank.
+    profiler::set_process(w.rank, str_cat("rank ", w.rank), str_cat("rank", w.rank));
+  }
   auto communicator = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, 0, timeout);
   w.groups[0] = Group{communicator};
   kernels::install_communicator(0, communicator);

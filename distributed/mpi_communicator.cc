@@ -1,6 +1,7 @@
 #include "distributed/mpi_communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/profiler.h"
 
 namespace tandem::distributed {
 namespace {
@@ -18,6 +20,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kArrivalTag = 7;
+constexpr int64_t kReadAnnouncementsEvery = 64;
+constexpr int kPollMicros = 50;
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -85,35 +89,42 @@ struct MpiCommunicator::State {
   int size = 1;
   std::chrono::milliseconds timeout{0};
 
-  std::mutex mu;
-  std::condition_variable wake;
+  std::mutex mu;                  // Guards everything below up to the threads.
+  std::condition_variable wake;   // The communication thread: work, or stop.
+  std::condition_variable watch;  // The watchdog: a collective began or ended, or stop.
   std::deque<Pending> queue;
+  std::atomic<int> queued{0};  // queue.size(), for polling without the lock.
   bool stopping = false;
-  std::string broken;  // Set once, by the thread; read under mu.
-  // The collectives that did not finish in time: MPI may still write their
-  // outputs (a late rank may yet arrive), so their memory lives as long as
-  // the communicator.
-  struct Abandoned {
-    kernels::CollectiveCall call;
-    MPI_Request request;
-  };
-  std::vector<Abandoned> abandoned;
+  bool loop_ended = false;
+  std::string broken;    // The message of the collective that broke the group.
+  int64_t sequence = 0;  // Collectives this rank has started.
+  // The collective inside MPI now, if any: until its deadline the
+  // communication thread finishes it, after it the watchdog fails it.
+  bool armed = false;
+  Clock::time_point deadline;
+  engine::Completion current;
+  kernels::CollectiveKind current_kind = kernels::CollectiveKind::kAllReduce;
+  std::condition_variable ended;  // loop_ended became true.
+
   std::thread thread;
+  std::thread watchdog;
   bool stuck = false;  // Set by stop().
 
-  // Used by the thread only.
-  int64_t sequence = 0;                  // Collectives started by this rank.
+  std::mutex arrivals_mu;                // Guards the announcements.
   std::vector<int64_t> peer_started;     // The latest each peer announced.
   std::vector<int64_t> announce_buffer;  // One per peer, alive while its send is.
   std::vector<MPI_Request> announce_request;
 
   void loop();
+  void watch_deadlines();
   void execute(Pending& pending);
-  // Starts MPI's call for `call`; throws tandem::Error if MPI refuses.
-  MPI_Request begin(const kernels::CollectiveCall& call);
-  void announce();
+  // MPI's blocking call for `call`: its error code. Throws tandem::Error
+  // for a call MPI cannot take.
+  int exchange(const kernels::CollectiveCall& call);
+  void announce(int64_t number);
   void read_announcements();
-  std::string who_is_missing() const;
+  std::string who_is_missing(int64_t number);
+  void fail(engine::Completion& done, const std::string& message);
 };
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, int group, std::chrono::milliseconds timeout)
@@ -137,9 +148,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int group, std::chrono::millisec
   s.announce_buffer.assign(static_cast<size_t>(s.size), 0);
   s.announce_request.assign(static_cast<size_t>(s.size), MPI_REQUEST_NULL);
   s.thread = std::thread([&s] { s.loop(); });
+  s.watchdog = std::thread([&s] { s.watch_deadlines(); });
 }
 
-MpiCommunicator::~MpiCommunicator() { stop(); }
+MpiCommunicator::~MpiCommunicator() {
+  stop();
+  // A thread still inside MPI keeps using the state: it outlives us.
+  if (state_->stuck) static_cast<void>(state_.release());
+}
 
 int MpiCommunicator::rank() const { return state_->rank; }
 int MpiCommunicator::size() const { return state_->size; }
@@ -149,12 +165,15 @@ std::string MpiCommunicator::broken() const {
   return state_->broken;
 }
 
+bool MpiCommunicator::stuck() const { return state_->stuck; }
+
 void MpiCommunicator::start(kernels::CollectiveCall call, engine::Completion done) {
   State& s = *state_;
   {
     std::lock_guard lock(s.mu);
     if (!s.stopping) {
       s.queue.push_back({std::move(call), std::move(done)});
+      s.queued.fetch_add(1, std::memory_order_release);
       s.wake.notify_one();
       return;
     }
@@ -166,168 +185,191 @@ void MpiCommunicator::start(kernels::CollectiveCall call, engine::Completion don
 void MpiCommunicator::stop() {
   State& s = *state_;
   {
-    std::lock_guard lock(s.mu);
-    if (s.stopping && !s.thread.joinable()) return;
+    std::unique_lock lock(s.mu);
+    if (s.stopping) return;
     s.stopping = true;
     s.wake.notify_one();
+    s.watch.notify_one();
+    // A collective whose late ranks arrived after its timeout still returns;
+    // one whose ranks never come keeps its thread inside MPI for good.
+    s.stuck = !s.ended.wait_for(lock, std::chrono::seconds(2), [&] { return s.loop_ended; });
   }
-  if (s.thread.joinable()) s.thread.join();
+  if (s.stuck) {
+    s.thread.detach();
+  } else {
+    s.thread.join();
+  }
+  s.watchdog.join();
   for (MPI_Request& request : s.announce_request) {
     if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
   }
-  // A collective that timed out may still finish, if its late ranks arrived
-  // after all; one that has not after a grace period never will.
-  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(2);
-  bool stuck = false;
-  for (State::Abandoned& a : s.abandoned) {
-    int finished = 0;
-    while (MPI_Test(&a.request, &finished, MPI_STATUS_IGNORE) == MPI_SUCCESS && !finished &&
-           Clock::now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    stuck = stuck || !finished;
-  }
-  s.stuck = stuck;
-  // Freeing a communicator with a collective still inside MPI could wait
-  // for it forever.
-  if (!stuck) {
+  if (!s.stuck) {
     MPI_Comm_free(&s.data);
     MPI_Comm_free(&s.arrivals);
   }
 }
 
-bool MpiCommunicator::stuck() const { return state_->stuck; }
-
 void MpiCommunicator::State::loop() {
+  // Its own track in a TANDEM_PROFILE timeline: the exchanges, beside the
+  // worker's kernels they overlap.
+  profiler::set_thread_name(str_cat("communication (process group ", group, ")"));
   for (;;) {
     Pending pending;
+    // Collectives come in bursts (a step's buckets, a barrier and what
+    // follows it): a short poll before sleeping saves the next one a
+    // wake-up, tens of microseconds on a VM.
+    const Clock::time_point poll_until = Clock::now() + std::chrono::microseconds(kPollMicros);
+    while (queued.load(std::memory_order_acquire) == 0 && Clock::now() < poll_until) {
+      std::this_thread::yield();
+    }
     {
       std::unique_lock lock(mu);
       wake.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // Stopping, and nothing left to do.
+      if (queue.empty()) {  // Stopping, and nothing left to do.
+        loop_ended = true;
+        ended.notify_all();
+        return;
+      }
       pending = std::move(queue.front());
       queue.pop_front();
+      queued.fetch_sub(1, std::memory_order_relaxed);
     }
     execute(pending);
   }
 }
 
+void MpiCommunicator::State::fail(engine::Completion& done, const std::string& message) {
+  done(std::make_exception_ptr(Error(message)));
+}
+
 void MpiCommunicator::State::execute(Pending& pending) {
   const kernels::CollectiveCall& call = pending.call;
   const std::string_view name = kernels::collective_name(call.kind);
-  std::string broken_by;
+  int64_t number = 0;
   {
     std::lock_guard lock(mu);
-    broken_by = broken;
-  }
-  if (!broken_by.empty()) {
-    pending.done(std::make_exception_ptr(
-        Error(str_cat("process group ", group, " is broken, so ", name,
-                      " cannot run: an earlier collective failed: ", broken_by))));
-    return;
-  }
-  ++sequence;
-  announce();
-  MPI_Request request = MPI_REQUEST_NULL;
-  try {
-    request = begin(call);
-  } catch (...) {
-    pending.done(std::current_exception());
-    return;
-  }
-  // Test, yielding the core at first, then sleeping a little longer each
-  // time: a short collective is seen at once, and a long wait (a peer still
-  // computing its backward) costs the cores almost nothing.
-  const Clock::time_point deadline = Clock::now() + timeout;
-  std::chrono::microseconds nap{0};
-  for (int polls = 0;; ++polls) {
-    int finished = 0;
-    MPI_Status status;
-    const int code = MPI_Test(&request, &finished, &status);
-    if (code != MPI_SUCCESS) {
-      std::string message = str_cat(name, " #", sequence, " of process group ", group, " (rank ",
-                                    rank, " of ", size, ") failed in MPI: ", mpi_error_text(code));
-      {
-        std::lock_guard lock(mu);
-        broken = message;
-      }
-      pending.done(std::make_exception_ptr(Error(message)));
+    if (!broken.empty()) {
+      const std::string message = str_cat("process group ", group, " is broken, so ", name,
+                                          " cannot run: an earlier collective failed: ", broken);
+      fail(pending.done, message);
       return;
     }
-    if (finished) break;
-    read_announcements();
-    if (Clock::now() > deadline) {
-      std::string message =
-          str_cat(name, " #", sequence, " of process group ", group, " (rank ", rank, " of ", size,
-                  ") did not finish within ", timeout.count() / 1000.0, " s: ", who_is_missing());
-      {
-        std::lock_guard lock(mu);
-        broken = message;
-      }
-      abandoned.push_back({std::move(pending.call), request});
-      pending.done(std::make_exception_ptr(Error(message)));
-      return;
-    }
-    if (polls < 200) {
-      std::this_thread::yield();
-    } else {
-      nap = std::min(std::chrono::microseconds(200), nap + std::chrono::microseconds(10));
-      std::this_thread::sleep_for(nap);
-    }
+    number = ++sequence;
   }
-  if (call.kind == kernels::CollectiveKind::kAllReduce ||
-      call.kind == kernels::CollectiveKind::kReduceScatter) {
-    if (call.reduction == kernels::Reduction::kMean) {
-      if (call.output.dtype() == DType::kFloat64) {
-        divide<double>(call.output, size);
-      } else {
-        divide<float>(call.output, size);
-      }
-    }
-  }
-  pending.done(nullptr);
-}
-
-MPI_Request MpiCommunicator::State::begin(const kernels::CollectiveCall& call) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  if (call.kind == kernels::CollectiveKind::kBarrier) {
-    const int code = MPI_Ibarrier(data, &request);
-    TANDEM_CHECK(code == MPI_SUCCESS, "MPI could not start a barrier: ", mpi_error_text(code));
-    return request;
+  const int64_t started_ns = profiler::enabled() ? profiler::now_ns() : 0;
+  announce(number);
+  {
+    std::lock_guard lock(mu);
+    armed = true;
+    deadline = Clock::now() + timeout;
+    current = std::move(pending.done);
+    current_kind = call.kind;
+    watch.notify_one();
   }
   int code = MPI_SUCCESS;
+  std::exception_ptr refused;
+  try {
+    code = exchange(call);
+  } catch (...) {
+    refused = std::current_exception();
+  }
+  engine::Completion done;
+  {
+    std::lock_guard lock(mu);
+    armed = false;
+    done = std::move(current);  // Empty if the watchdog has failed it.
+    watch.notify_one();
+  }
+  // The peers' announcements wait in MPI's queue of unexpected messages;
+  // reading them now and then keeps it short (and the watchdog reads them
+  // all when it needs them).
+  if (number % kReadAnnouncementsEvery == 0) read_announcements();
+  if (!done) return;
+  if (started_ns != 0) {
+    profiler::record(profiler::EventKind::kExecute, name.data(), started_ns, profiler::now_ns(), 0);
+  }
+  if (refused) {
+    done(refused);
+    return;
+  }
+  if (code != MPI_SUCCESS) {
+    const std::string message =
+        str_cat(name, " #", number, " of process group ", group, " (rank ", rank, " of ", size,
+                ") failed in MPI: ", mpi_error_text(code));
+    {
+      std::lock_guard lock(mu);
+      broken = message;
+    }
+    fail(done, message);
+    return;
+  }
+  if ((call.kind == kernels::CollectiveKind::kAllReduce ||
+       call.kind == kernels::CollectiveKind::kReduceScatter) &&
+      call.reduction == kernels::Reduction::kMean) {
+    if (call.output.dtype() == DType::kFloat64) {
+      divide<double>(call.output, size);
+    } else {
+      divide<float>(call.output, size);
+    }
+  }
+  done();
+}
+
+void MpiCommunicator::State::watch_deadlines() {
+  std::unique_lock lock(mu);
+  for (;;) {
+    watch.wait(lock, [&] { return stopping || armed; });
+    if (stopping) return;
+    const int64_t number = sequence;
+    const std::string_view name = kernels::collective_name(current_kind);
+    if (watch.wait_until(lock, deadline,
+                         [&] { return stopping || !armed || sequence != number; })) {
+      continue;
+    }
+    // The collective is past its deadline: fail it, and the group with it.
+    engine::Completion done = std::move(current);
+    lock.unlock();
+    read_announcements();
+    const std::string message = str_cat(name, " #", number, " of process group ", group, " (rank ",
+                                        rank, " of ", size, ") did not finish within ",
+                                        timeout.count() / 1000.0, " s: ", who_is_missing(number));
+    lock.lock();
+    broken = message;
+    lock.unlock();
+    fail(done, message);
+    lock.lock();
+  }
+}
+
+int MpiCommunicator::State::exchange(const kernels::CollectiveCall& call) {
+  if (call.kind == kernels::CollectiveKind::kBarrier) return MPI_Barrier(data);
   const Tensor& in = call.input;
   const Tensor& out = call.output;
   const MPI_Datatype type = mpi_type(in.dtype());
   const bool as_bytes = type == MPI_BYTE;
   switch (call.kind) {
     case kernels::CollectiveKind::kAllReduce:
-      code = MPI_Iallreduce(in.raw_data(), out.raw_data(), mpi_count(in, false), type,
-                            mpi_op(call.reduction), data, &request);
-      break;
+      return MPI_Allreduce(in.raw_data(), out.raw_data(), mpi_count(in, false), type,
+                           mpi_op(call.reduction), data);
     case kernels::CollectiveKind::kBroadcast:
       if (rank == call.root && in.nbytes() != 0) {
         std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
       }
-      code = MPI_Ibcast(out.raw_data(), mpi_count(out, as_bytes), type, call.root, data, &request);
-      break;
+      return MPI_Bcast(out.raw_data(), mpi_count(out, as_bytes), type, call.root, data);
     case kernels::CollectiveKind::kAllGather:
-      code = MPI_Iallgather(in.raw_data(), mpi_count(in, as_bytes), type, out.raw_data(),
-                            mpi_count(in, as_bytes), type, data, &request);
-      break;
+      return MPI_Allgather(in.raw_data(), mpi_count(in, as_bytes), type, out.raw_data(),
+                           mpi_count(in, as_bytes), type, data);
     case kernels::CollectiveKind::kReduceScatter:
-      code = MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), mpi_count(out, false), type,
-                                       mpi_op(call.reduction), data, &request);
-      break;
+      return MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), mpi_count(out, false), type,
+                                      mpi_op(call.reduction), data);
     case kernels::CollectiveKind::kBarrier:
-      break;  // Above.
+      break;
   }
-  TANDEM_CHECK(code == MPI_SUCCESS, "MPI could not start ", kernels::collective_name(call.kind),
-               ": ", mpi_error_text(code));
-  return request;
+  return MPI_SUCCESS;
 }
 
-void MpiCommunicator::State::announce() {
+void MpiCommunicator::State::announce(int64_t number) {
+  std::lock_guard lock(arrivals_mu);
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     MPI_Request& request = announce_request[static_cast<size_t>(peer)];
@@ -336,7 +378,7 @@ void MpiCommunicator::State::announce() {
       MPI_Test(&request, &sent, MPI_STATUS_IGNORE);
       if (!sent) continue;  // The peer learns a later number instead.
     }
-    announce_buffer[static_cast<size_t>(peer)] = sequence;
+    announce_buffer[static_cast<size_t>(peer)] = number;
     if (MPI_Isend(&announce_buffer[static_cast<size_t>(peer)], 1, MPI_INT64_T, peer, kArrivalTag,
                   arrivals, &request) != MPI_SUCCESS) {
       request = MPI_REQUEST_NULL;  // A peer that is gone: the timeout will name it.
@@ -345,6 +387,7 @@ void MpiCommunicator::State::announce() {
 }
 
 void MpiCommunicator::State::read_announcements() {
+  std::lock_guard lock(arrivals_mu);
   for (;;) {
     int waiting = 0;
     MPI_Status status;
@@ -362,11 +405,12 @@ void MpiCommunicator::State::read_announcements() {
   }
 }
 
-std::string MpiCommunicator::State::who_is_missing() const {
+std::string MpiCommunicator::State::who_is_missing(int64_t number) {
+  std::lock_guard lock(arrivals_mu);
   std::string missing;
   int count = 0;
   for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank || peer_started[static_cast<size_t>(peer)] >= sequence) continue;
+    if (peer == rank || peer_started[static_cast<size_t>(peer)] >= number) continue;
     missing += str_cat(count++ == 0 ? "" : ", ", peer, " (last started #",
                        peer_started[static_cast<size_t>(peer)], ")");
   }

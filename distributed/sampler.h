@@ -24,7 +24,7 @@ struct DistributedSamplerOptions {
   uint64_t seed = 0;
   bool drop_last = false;
   // Whose shard: by default this process's rank and size in `group`.
-  ProcessGroup group;
+  ProcessGroup group = ProcessGroup();
   int rank = -1;
   int num_replicas = -1;
 };

@@ -37,7 +37,8 @@ Reduction parse_reduction(std::string_view name);
 
 enum class CollectiveKind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
 
-// The op of a kind ("all_reduce", ...; "barrier", which is no op).
+// The op of a kind ("all_reduce", ...; "barrier", which is no op): a string
+// literal, whose data() profiles may keep.
 std::string_view collective_name(CollectiveKind kind);
 
 // One collective, as a communicator receives it. `input` and `output` are

@@ -10,7 +10,9 @@
 //   build/release/tutorials/02_train_fashion_mnist --quick         # a smoke run (what CI does)
 //   build/release/tutorials/02_train_fashion_mnist --hybridize     # the training step as a graph
 //   build/release/tutorials/02_train_fashion_mnist --device cuda   # train on the GPU
+//   mpirun -np 2 build/release/tutorials/02_train_fashion_mnist --distributed   # 2 processes
 //   flags: --epochs N --batch-size B --lr X --seed S --export PATH --device cpu|cuda|cuda:N
+//          --checkpoint PATH (the model after each epoch) --resume PATH (start from one)
 //
 // Steps:
 //   1. Load the data set (Debian's dataset-fashion-mnist, installed by
@@ -20,6 +22,13 @@
 //   3. Train: each batch to the device, forward, loss, backward, optimizer
 //      step; print progress.
 //   4. Evaluate on the test set.
+// With --distributed (under mpirun, or alone as a world of one), each
+// process trains a replica on its own shard of every epoch
+// (distributed::DistributedSampler) with batch-size / world-size rows per
+// step, and distributed::DistributedDataParallel averages the gradients, so
+// the replicas take the steps one process would take on the whole batch.
+// Rank 0 alone prints, writes checkpoints and exports.
+//
 //   5. Export, from the CPU, the trained model (PATH.json and the params file
 //      it names, PATH.<checksum>.params; PATH is fashion_mnist_<model> by
 //      default) and a few test images as .npy files, for
@@ -50,7 +59,10 @@ struct Flags {
   uint64_t seed = 0;
   bool quick = false;
   bool hybridize = false;
+  bool distributed = false;
   std::string export_path;  // Empty: fashion_mnist_<model>.
+  std::string checkpoint;   // Written after each epoch when given.
+  std::string resume;       // Read before training when given.
   Device device;            // --device cpu (the default), cuda or cuda:N.
 };
 
@@ -65,10 +77,15 @@ Flags parse_command_line(int argc, char** argv) {
        {"--seed",
         [&](const std::string& v) { flags.seed = std::strtoull(v.c_str(), nullptr, 10); }},
        {"--export", [&](const std::string& v) { flags.export_path = v; }},
+       {"--checkpoint", [&](const std::string& v) { flags.checkpoint = v; }},
+       {"--resume", [&](const std::string& v) { flags.resume = v; }},
        {"--device", [&](const std::string& v) { flags.device = Device::parse(v); }}},
-      {{"--quick", [&] { flags.quick = true; }}, {"--hybridize", [&] { flags.hybridize = true; }}},
-      "--model cnn|mlp, --epochs, --batch-size, --lr, --seed, --quick, --hybridize, --export "
-      "PATH, --device cpu|cuda|cuda:N");
+      {{"--quick", [&] { flags.quick = true; }},
+       {"--hybridize", [&] { flags.hybridize = true; }},
+       {"--distributed", [&] { flags.distributed = true; }}},
+      "--model cnn|mlp, --epochs, --batch-size, --lr, --seed, --quick, --hybridize, "
+      "--distributed, --export PATH, --checkpoint PATH, --resume PATH, --device "
+      "cpu|cuda|cuda:N");
   TANDEM_CHECK(flags.model == "cnn" || flags.model == "mlp", "--model must be cnn or mlp");
   if (flags.epochs == 0) flags.epochs = flags.model == "cnn" ? 3 : 10;
   if (flags.export_path.empty()) flags.export_path = "fashion_mnist_" + flags.model;
@@ -108,6 +125,18 @@ Tensor count_correct(const Tensor& logits, const Tensor& labels) {
 int main(int argc, char** argv) try {
   Flags flags = parse_command_line(argc, argv);
   manual_seed(flags.seed);
+  int rank = 0, world = 1;
+  if (flags.distributed) {
+    distributed::init();
+    rank = distributed::rank();
+    world = distributed::world_size();
+    TANDEM_CHECK(flags.batch_size % world == 0, "--batch-size ", flags.batch_size,
+                 " must divide among the ", world, " processes");
+  }
+  // Only rank 0 talks; the others train quietly.
+  auto say = [rank](auto... args) {
+    if (rank == 0) std::printf(args...);
+  };
 
   // 1. The data: 60000 training and 10000 test images of 10 kinds of clothing.
   data::FashionMnist train = data::load_fashion_mnist("train");
@@ -118,9 +147,13 @@ int main(int argc, char** argv) try {
     flags.epochs = 1;
   }
   data::DataLoaderOptions train_options;
-  train_options.batch_size = flags.batch_size;
-  train_options.shuffle = true;
-  train_options.seed = flags.seed;
+  train_options.batch_size = flags.batch_size / world;
+  if (flags.distributed) {
+    train_options.sampler = distributed::DistributedSampler({.seed = flags.seed});
+  } else {
+    train_options.shuffle = true;
+    train_options.seed = flags.seed;
+  }
   train_options.transform = prepare;
   train_options.pin_memory = flags.device.is_cuda();
   data::DataLoader train_loader({train.images, train.labels}, train_options);
@@ -129,15 +162,30 @@ int main(int argc, char** argv) try {
   test_options.transform = prepare;
   test_options.pin_memory = flags.device.is_cuda();
   data::DataLoader test_loader({test.images, test.labels}, test_options);
-  std::printf("Fashion-MNIST: %lld training and %lld test images; model %s on %s; %d epoch(s)\n",
-              static_cast<long long>(train_loader.num_rows()),
-              static_cast<long long>(test_loader.num_rows()), flags.model.c_str(),
-              flags.device.to_string().c_str(), flags.epochs);
+  say("Fashion-MNIST: %lld training and %lld test images; model %s on %s; %d epoch(s)",
+      static_cast<long long>(train_loader.num_rows()),
+      static_cast<long long>(test_loader.num_rows()), flags.model.c_str(),
+      flags.device.to_string().c_str(), flags.epochs);
+  if (flags.distributed) {
+    say("; %d process(es), %lld rows each per step", world,
+        static_cast<long long>(train_options.batch_size));
+  }
+  say("\n");
 
   // 2. The model, moved to the device (a clear error if it does not exist),
   // and then the optimizer, so that its state is made there too.
   std::shared_ptr<nn::Module> model = flags.model == "cnn" ? make_cnn() : make_mlp();
+  if (!flags.resume.empty()) {
+    model->load(flags.resume);  // A checkpoint of any world size: it is the model's state.
+    say("resumed from %s\n", flags.resume.c_str());
+  }
   model->to(flags.device);
+  // Rank 0's weights on every rank, and every backward's gradients averaged.
+  std::unique_ptr<distributed::DistributedDataParallel> ddp;
+  if (flags.distributed) {
+    ddp = std::make_unique<distributed::DistributedDataParallel>(model);
+    manual_seed(flags.seed + static_cast<uint64_t>(rank));  // Each rank its own dropout masks.
+  }
   // A batch on the device: copies pushed like any op (from pinned memory on a GPU).
   auto to_device = [&](const data::Batch& batch) {
     return std::vector<Tensor>{batch[0].to(flags.device), batch[1].to(flags.device)};
@@ -150,7 +198,7 @@ int main(int argc, char** argv) try {
   // With --hybridize the same step is traced once into a graph and replayed
   // (eager/hybridize.h): same results, less work per step.
   HybridFunction::Fn train_step = [&](const std::vector<Tensor>& batch) {
-    Tensor logits = model->forward(batch[0]);
+    Tensor logits = ddp ? (*ddp)(batch[0]) : model->forward(batch[0]);
     Tensor loss = cross_entropy(logits, batch[1]);
     optimizer.zero_grad();
     loss.backward();
@@ -190,11 +238,15 @@ int main(int argc, char** argv) try {
         std::snprintf(figures, sizeof figures, "loss %.4f  acc %5.1f%%  %6.0f samples/s",
                       loss.item<float>(), 100.0 * static_cast<double>(correct) / seen,
                       seen / seconds);
-        progress.show(epoch, step, figures);
+        if (rank == 0) progress.show(epoch, step, figures);
       }
     }
-    progress.end_epoch();
+    if (rank == 0) progress.end_epoch();
     schedule.step();
+    if (!flags.checkpoint.empty() && rank == 0) {
+      model->save(flags.checkpoint);  // Atomic: a failed write keeps the last one.
+      say("checkpoint: %s\n", flags.checkpoint.c_str());
+    }
   }
 
   // 4. Evaluate: eval mode (BatchNorm's running statistics, no dropout), no graph.
@@ -206,8 +258,13 @@ int main(int argc, char** argv) try {
     correct += count_correct(model->forward(xy[0]), xy[1]).item<int64_t>();
   }
   double accuracy = static_cast<double>(correct) / test_loader.num_rows();
-  std::printf("test accuracy: %.2f%% (%lld / %lld)\n", 100 * accuracy,
-              static_cast<long long>(correct), static_cast<long long>(test_loader.num_rows()));
+  say("test accuracy: %.2f%% (%lld / %lld)\n", 100 * accuracy, static_cast<long long>(correct),
+      static_cast<long long>(test_loader.num_rows()));
+  if (rank != 0) {
+    engine::current().wait_all();
+    distributed::finalize();
+    return 0;
+  }
 
   // 5. Export: back on the CPU (a loaded model runs there), hybridize the
   // model, call it once (the export traces it at that shape; the batch
@@ -225,6 +282,7 @@ int main(int argc, char** argv) try {
       "(%s_images.npy, _labels.npy)\n",
       flags.export_path.c_str(), flags.export_path.c_str());
   engine::current().wait_all();  // Finish the last updates before the process exits.
+  if (flags.distributed) distributed::finalize();
   return 0;
 } catch (const tandem::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());

@@ -159,6 +159,28 @@ TEST_F(ProfilerTest, ThreadsHaveNames) {
   }
 }
 
+// Verifies that a process named by set_process (a rank of a distributed
+// program) writes its own file, its events under its id and name.
+TEST_F(ProfilerTest, ANamedProcessWritesItsOwnFile) {
+  const std::string path = temp_path("tandem_profiler_process.json");
+  const std::string own = temp_path("tandem_profiler_process.rank3.json");
+  profiler::start(path);
+  profiler::set_process(3, "rank 3", "rank3");
+  run_ops("profiled_rank_op", 1);
+  drain();
+  profiler::stop();
+  profiler::set_process(1, "", "");  // As other tests expect.
+  EXPECT_FALSE(std::filesystem::exists(path));
+  json trace = read_json(own);
+  bool named = false;
+  for (const json& e : trace["traceEvents"]) {
+    EXPECT_EQ(e["pid"], 3) << e.dump();
+    named |= e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"] == "rank 3";
+  }
+  EXPECT_TRUE(named);
+  EXPECT_EQ(complete_events(trace, "execute", "profiled_rank_op").size(), 1u);
+}
+
 // Verifies that flow starts ("s", at the push) and finishes ("f", at the execution) pair up by
 // id, on different threads, with the finish no earlier than the start.
 TEST_F(ProfilerTest, FlowEventsPairUpById) {

@@ -122,6 +122,27 @@ TEST(CollectivesTest, ReduceScatterKeepsThisRanksPartOfTheSum) {
   }
 }
 
+// In place, Tandem's way: assign_ rebinds the tensor to the result (as an
+// optimizer's update does), and what was taken from it before keeps the old
+// values.
+TEST(CollectivesTest, InPlaceThroughAssignKeepsEarlierSnapshots) {
+  const int me = rank(), size = world_size();
+  for (DType dtype : kReducible) {
+    Tensor x = input_of(me, 7, dtype);
+    Tensor before = x.snapshot();
+    x.assign_(all_reduce(x));
+    std::vector<double> got = as_doubles(x);
+    for (int64_t i = 0; i < 7; ++i) {
+      double expected = 0;
+      for (int r = 0; r < size; ++r) expected += value(r, i);
+      EXPECT_EQ(got[static_cast<size_t>(i)], expected) << dtype_name(dtype);
+    }
+    EXPECT_EQ(as_doubles(before), as_doubles(input_of(me, 7, dtype)));
+    x.assign_(broadcast(x, size - 1));
+    EXPECT_EQ(as_doubles(x), got);  // Every rank holds the same sum.
+  }
+}
+
 TEST(CollectivesTest, ResultsFeedLaterOpsAndCollectivesKeepProgramOrder) {
   // Many collectives in flight, with ops between them that read earlier
   // results: each must pair with the same collective on every rank.
@@ -149,7 +170,9 @@ TEST(CollectivesTest, WrongInputsAreErrorsNamingTheOp) {
     EXPECT_THAT(e.what(), HasSubstr("int64"));
   }
   EXPECT_THROW(broadcast(zeros({3}), world_size()), Error);
-  if (world_size() > 1) EXPECT_THROW(reduce_scatter(zeros({world_size() + 1})), Error);
+  if (world_size() > 1) {
+    EXPECT_THROW(reduce_scatter(zeros({world_size() + 1})), Error);
+  }
 }
 
 TEST(CollectivesTest, AHybridizedFunctionReplaysItsCollectives) {
