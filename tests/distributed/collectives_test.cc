@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "eager/hybridize.h"
 #include "eager/ops.h"
+#include "trace/executor.h"
 
 namespace tandem::distributed {
 namespace {
@@ -190,6 +191,25 @@ TEST(CollectivesTest, AHybridizedFunctionReplaysItsCollectives) {
   }
   EXPECT_EQ(averaged.stats().traces, 1);
   EXPECT_EQ(averaged.stats().replays, 2);
+}
+
+// The passes keep every collective: a constant's all-reduce is not folded
+// (its value is the other ranks' too), and two alike are not merged (another
+// rank's graph may tell them apart).
+TEST(CollectivesTest, PassesNeitherFoldNorMergeCollectives) {
+  const int me = rank(), size = world_size();
+  HybridFunction twice([me](const std::vector<Tensor>& in) {
+    Tensor constant = full({3}, static_cast<double>(me));
+    return std::vector<Tensor>{add(all_reduce(in[0]), all_reduce(in[0])), all_reduce(constant)};
+  });
+  std::vector<Tensor> out = twice({full({3}, 1.0)});
+  EXPECT_FLOAT_EQ(out[0].to_vector<float>()[0], static_cast<float>(2 * size));
+  EXPECT_FLOAT_EQ(out[1].to_vector<float>()[0], static_cast<float>(size * (size - 1) / 2));
+  int collectives = 0;
+  for (const trace::Node& node : twice.last_executor()->graph().nodes) {
+    collectives += node.op->collective ? 1 : 0;
+  }
+  EXPECT_EQ(collectives, 3);
 }
 
 TEST(CollectivesTest, ASubgroupReducesAmongItsMembersOnly) {

@@ -35,6 +35,12 @@ int CommonSubexpressionElimination::run(Graph& graph) {
   kept.reserve(graph.nodes.size());
   for (Node& node : graph.nodes) {
     for (ValueId& id : node.inputs) id = replacement[id];
+    if (node.op->collective) {
+      // Every process must run the same collectives: two that look alike
+      // here may differ in another process's graph (its constants differ).
+      kept.push_back(std::move(node));
+      continue;
+    }
     const std::vector<ValueId> operands = operands_of(node);
     std::string key = str_cat(node.op->name, "(");
     for (ValueId id : operands) key += str_cat(id, ",");

@@ -21,7 +21,8 @@ bool small_enough(const Graph& graph, const Node& node) {
 }
 
 // Runs every node whose inputs are all known (and whose outputs are small,
-// not random and not graph outputs), adding its results to `known`.
+// not random, not collectives and not graph outputs), adding its results to
+// `known`.
 // Returns which nodes ran.
 std::vector<bool> evaluate_known_nodes(const Graph& graph, std::vector<Tensor>& known) {
   std::vector<bool> is_output(graph.values.size(), false);
@@ -29,7 +30,11 @@ std::vector<bool> evaluate_known_nodes(const Graph& graph, std::vector<Tensor>& 
   std::vector<bool> folded(graph.nodes.size(), false);
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const Node& node = graph.nodes[n];
-    if (kernels::is_random(*node.op) || !small_enough(graph, node)) continue;
+    // A collective's result depends on the other processes, not only on its
+    // inputs: it runs when the graph runs, with them.
+    if (kernels::is_random(*node.op) || node.op->collective || !small_enough(graph, node)) {
+      continue;
+    }
     bool foldable = true;
     for (ValueId id : node.inputs) foldable = foldable && known[id].defined();
     for (ValueId id : node.outputs) foldable = foldable && !is_output[id];
