@@ -65,7 +65,36 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 DistributedDataParallel::~DistributedDataParallel() { remove_post_backward_hook(hook_); }
 
 Tensor DistributedDataParallel::operator()(const Tensor& x, std::source_location where) {
+  if (options_.broadcast_buffers && options_.group.size() > 1) broadcast_buffers();
   return (*module_)(x, where);
+}
+
+void DistributedDataParallel::broadcast_buffers() {
+  NoGradGuard no_grad;
+  std::vector<Tensor> buffers = module_->buffers();
+  // One broadcast per dtype: the buffers of that dtype flattened together.
+  std::vector<bool> done(buffers.size(), false);
+  for (size_t first = 0; first < buffers.size(); ++first) {
+    if (done[first]) continue;
+    std::vector<size_t> same;
+    std::vector<Tensor> flat;
+    std::vector<int64_t> sizes;
+    for (size_t k = first; k < buffers.size(); ++k) {
+      if (done[k] || buffers[k].dtype() != buffers[first].dtype()) continue;
+      done[k] = true;
+      same.push_back(k);
+      flat.push_back(reshape(buffers[k], {-1}));
+      sizes.push_back(buffers[k].numel());
+    }
+    Tensor theirs = broadcast(flat.size() == 1 ? flat[0] : concat(flat), 0, options_.group);
+    std::vector<Tensor> parts =
+        same.size() == 1 ? std::vector<Tensor>{theirs} : split(theirs, sizes);
+    for (size_t i = 0; i < same.size(); ++i) {
+      Tensor& buffer = buffers[same[i]];
+      const Shape& shape = buffer.shape();
+      buffer.assign_(reshape(parts[i], Dims(shape.begin(), shape.end())));
+    }
+  }
 }
 
 void DistributedDataParallel::average_gradients() {

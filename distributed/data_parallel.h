@@ -47,6 +47,10 @@ struct DataParallelOptions {
   // branch not taken): they then contribute zeros to the average. Off, such
   // a backward is an Error naming the parameter, as in torch.
   bool find_unused_parameters = false;
+  // Before each forward, every rank takes rank 0's buffers (BatchNorm's
+  // running statistics), as torch's broadcast_buffers: the replicas stay
+  // identical, not only their parameters. One broadcast per dtype.
+  bool broadcast_buffers = true;
   ProcessGroup group = ProcessGroup();
 };
 
@@ -60,7 +64,8 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  // The wrapped module's forward (hybridized or not).
+  // The wrapped module's forward (hybridized or not), after rank 0's
+  // buffers are broadcast (DataParallelOptions::broadcast_buffers).
   Tensor operator()(const Tensor& x, std::source_location where = std::source_location::current());
   nn::Module& module() { return *module_; }
 
@@ -84,6 +89,8 @@ class DistributedDataParallel {
  private:
   // Autograd's post-backward hook: averages the gradients this backward made.
   void average_gradients();
+  // Gives every rank rank 0's buffers.
+  void broadcast_buffers();
 
   std::shared_ptr<nn::Module> module_;
   DataParallelOptions options_;

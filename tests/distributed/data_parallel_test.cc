@@ -222,6 +222,28 @@ TEST(DataParallelTest, UnusedParametersAreAnErrorUnlessAllowed) {
   all_reduce(zeros({40}), ReduceOp::kMean).to_vector<float>();
 }
 
+// BatchNorm's running statistics follow each rank's own batches; with
+// broadcast_buffers (the default) every forward starts from rank 0's.
+TEST(DataParallelTest, BuffersFollowRankZeroBeforeEachForward) {
+  const int me = rank(), size = world_size();
+  if (size == 1) GTEST_SKIP() << "one rank has nothing to differ from";
+  for (bool broadcast_buffers : {true, false}) {
+    manual_seed(5);
+    auto net = std::make_shared<nn::Sequential>(nn::Linear(6, 4), nn::BatchNorm1d(4));
+    DistributedDataParallel ddp(net, {.broadcast_buffers = broadcast_buffers});
+    auto [x, y] = rows(me * kRowsPerRank, kRowsPerRank);  // Each rank its own rows.
+    ddp(x);                                               // Updates this rank's statistics.
+    net->eval();
+    ddp(x);  // Eval: no update, so a broadcast leaves rank 0's statistics everywhere.
+    Tensor mean = net->named_buffers()[0].second;
+    std::vector<float> all = all_gather(mean).to_vector<float>();
+    const size_t n = static_cast<size_t>(mean.numel());
+    bool same = true;
+    for (size_t i = 0; i < n; ++i) same = same && all[i] == all[n * (size - 1) + i];
+    EXPECT_EQ(same, broadcast_buffers) << "broadcast_buffers = " << broadcast_buffers;
+  }
+}
+
 TEST(DataParallelTest, AHybridizedTrainingStepReplaysItsAllReduces) {
   const int me = rank(), size = world_size();
   auto net = make_net(1);
