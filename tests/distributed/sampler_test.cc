@@ -49,7 +49,9 @@ TEST(DistributedSamplerTest, ShardsAreEqualDisjointAndCoverEveryRow) {
         EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), static_cast<size_t>(rows));
         // The padding: fewer than `replicas` rows, repeated (more only when
         // there are fewer rows than ranks).
-        if (rows >= replicas) EXPECT_LT(per_rank * replicas - rows, replicas);
+        if (rows >= replicas) {
+          EXPECT_LT(per_rank * replicas - rows, replicas);
+        }
       }
     }
   }
