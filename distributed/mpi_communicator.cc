@@ -246,15 +246,16 @@ void MpiCommunicator::State::execute(Pending& pending) {
   const kernels::CollectiveCall& call = pending.call;
   const std::string_view name = kernels::collective_name(call.kind);
   int64_t number = 0;
+  std::string broken_by;
   {
     std::lock_guard lock(mu);
-    if (!broken.empty()) {
-      const std::string message = str_cat("process group ", group, " is broken, so ", name,
-                                          " cannot run: an earlier collective failed: ", broken);
-      fail(pending.done, message);
-      return;
-    }
-    number = ++sequence;
+    broken_by = broken;
+    if (broken_by.empty()) number = ++sequence;
+  }
+  if (!broken_by.empty()) {  // The Completion is called with no lock held.
+    fail(pending.done, str_cat("process group ", group, " is broken, so ", name,
+                               " cannot run: an earlier collective failed: ", broken_by));
+    return;
   }
   const int64_t started_ns = profiler::enabled() ? profiler::now_ns() : 0;
   announce(number);
