@@ -1,6 +1,9 @@
 #include "distributed/data_parallel.h"
 
+#include <algorithm>
+#include <functional>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "eager/autograd.h"
@@ -33,6 +36,42 @@ std::vector<std::vector<size_t>> make_buckets(const std::vector<Tensor>& paramet
   return buckets;
 }
 
+// The indices of `tensors` by dtype, each dtype's in order.
+std::vector<std::vector<size_t>> by_dtype(const std::vector<Tensor>& tensors) {
+  std::vector<std::vector<size_t>> groups;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
+      return tensors[g.front()].dtype() == tensors[k].dtype();
+    });
+    if (same == groups.end()) {
+      groups.push_back({k});
+    } else {
+      same->push_back(k);
+    }
+  }
+  return groups;
+}
+
+// tensors[indices] through one collective: flattened and concatenated,
+// `exchange`d, and split back into their shapes.
+std::vector<Tensor> exchange_together(const std::vector<Tensor>& tensors,
+                                      const std::vector<size_t>& indices,
+                                      const std::function<Tensor(const Tensor&)>& exchange) {
+  std::vector<Tensor> flat;
+  std::vector<int64_t> sizes;
+  for (size_t k : indices) {
+    flat.push_back(tensors[k].reshape({-1}));
+    sizes.push_back(tensors[k].numel());
+  }
+  Tensor exchanged = exchange(flat.size() == 1 ? flat[0] : concat(flat));
+  std::vector<Tensor> parts =
+      flat.size() == 1 ? std::vector<Tensor>{exchanged} : split(exchanged, sizes);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    parts[i] = parts[i].reshape(tensors[indices[i]].shape().dims());
+  }
+  return parts;
+}
+
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
@@ -48,12 +87,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     names_.push_back(name);
     parameters_.push_back(p);
   }
-  {
-    // Every replica starts from rank 0's weights (and running statistics).
-    NoGradGuard no_grad;
-    for (Tensor& p : parameters_) p.assign_(broadcast(p, 0, options_.group));
-    for (Tensor b : module_->buffers()) b.assign_(broadcast(b, 0, options_.group));
-  }
+  buffers_ = module_->buffers();
+  buffer_groups_ = by_dtype(buffers_);
+  group_size_ = options_.group.size();
+  // Every replica starts from rank 0's weights and running statistics.
+  broadcast_from_rank_0(parameters_, by_dtype(parameters_));
+  broadcast_from_rank_0(buffers_, buffer_groups_);
   buckets_ = make_buckets(parameters_, options_.bucket_cap_mb);
   seen_grads_.resize(parameters_.size(), nullptr);
   for (size_t k = 0; k < parameters_.size(); ++k) {
@@ -65,35 +104,19 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 DistributedDataParallel::~DistributedDataParallel() { remove_post_backward_hook(hook_); }
 
 Tensor DistributedDataParallel::operator()(const Tensor& x, std::source_location where) {
-  if (options_.broadcast_buffers && options_.group.size() > 1) broadcast_buffers();
+  if (options_.broadcast_buffers && group_size_ > 1) {
+    broadcast_from_rank_0(buffers_, buffer_groups_);
+  }
   return (*module_)(x, where);
 }
 
-void DistributedDataParallel::broadcast_buffers() {
+void DistributedDataParallel::broadcast_from_rank_0(
+    std::vector<Tensor>& tensors, const std::vector<std::vector<size_t>>& groups) {
   NoGradGuard no_grad;
-  std::vector<Tensor> buffers = module_->buffers();
-  // One broadcast per dtype: the buffers of that dtype flattened together.
-  std::vector<bool> done(buffers.size(), false);
-  for (size_t first = 0; first < buffers.size(); ++first) {
-    if (done[first]) continue;
-    std::vector<size_t> same;
-    std::vector<Tensor> flat;
-    std::vector<int64_t> sizes;
-    for (size_t k = first; k < buffers.size(); ++k) {
-      if (done[k] || buffers[k].dtype() != buffers[first].dtype()) continue;
-      done[k] = true;
-      same.push_back(k);
-      flat.push_back(reshape(buffers[k], {-1}));
-      sizes.push_back(buffers[k].numel());
-    }
-    Tensor theirs = broadcast(flat.size() == 1 ? flat[0] : concat(flat), 0, options_.group);
-    std::vector<Tensor> parts =
-        same.size() == 1 ? std::vector<Tensor>{theirs} : split(theirs, sizes);
-    for (size_t i = 0; i < same.size(); ++i) {
-      Tensor& buffer = buffers[same[i]];
-      const Shape& shape = buffer.shape();
-      buffer.assign_(reshape(parts[i], Dims(shape.begin(), shape.end())));
-    }
+  for (const std::vector<size_t>& group : groups) {
+    std::vector<Tensor> theirs = exchange_together(
+        tensors, group, [&](const Tensor& x) { return broadcast(x, 0, options_.group); });
+    for (size_t i = 0; i < group.size(); ++i) tensors[group[i]].assign_(theirs[i]);
   }
 }
 
@@ -113,26 +136,16 @@ void DistributedDataParallel::average_gradients() {
     TANDEM_CHECK(options_.find_unused_parameters, "DistributedDataParallel: parameter '", names_[k],
                  "' got no gradient in this backward, so the ranks cannot average it; pass "
                  "find_unused_parameters = true if a step may leave parameters unused");
-    const Shape& shape = parameters_[k].shape();
-    grads[k] = zeros(Dims(shape.begin(), shape.end()), parameters_[k].dtype());
+    grads[k] = zeros(Dims(parameters_[k].shape().begin(), parameters_[k].shape().end()),
+                     parameters_[k].dtype());
   }
   for (const std::vector<size_t>& bucket : buckets_) {
-    std::vector<Tensor> flat;
-    std::vector<int64_t> sizes;
-    for (size_t k : bucket) {
-      flat.push_back(reshape(grads[k], {-1}));
-      sizes.push_back(grads[k].numel());
-    }
-    Tensor averaged =
-        all_reduce(flat.size() == 1 ? flat[0] : concat(flat), ReduceOp::kMean, options_.group);
-    std::vector<Tensor> parts =
-        bucket.size() == 1 ? std::vector<Tensor>{averaged} : split(averaged, sizes);
+    std::vector<Tensor> averaged = exchange_together(grads, bucket, [&](const Tensor& x) {
+      return all_reduce(x, ReduceOp::kMean, options_.group);
+    });
     for (size_t i = 0; i < bucket.size(); ++i) {
-      const size_t k = bucket[i];
-      const Shape& shape = parameters_[k].shape();
-      Tensor grad = reshape(parts[i], Dims(shape.begin(), shape.end()));
-      seen_grads_[k] = grad.impl_ptr().get();
-      set_grad(parameters_[k], std::move(grad));
+      seen_grads_[bucket[i]] = averaged[i].impl_ptr().get();
+      set_grad(parameters_[bucket[i]], std::move(averaged[i]));
     }
   }
 }

@@ -89,13 +89,18 @@ class DistributedDataParallel {
  private:
   // Autograd's post-backward hook: averages the gradients this backward made.
   void average_gradients();
-  // Gives every rank rank 0's buffers.
-  void broadcast_buffers();
+  // Gives every rank rank 0's values of `tensors`, one broadcast per group
+  // of indices (by_dtype's: one per dtype).
+  void broadcast_from_rank_0(std::vector<Tensor>& tensors,
+                             const std::vector<std::vector<size_t>>& groups);
 
   std::shared_ptr<nn::Module> module_;
   DataParallelOptions options_;
   std::vector<Tensor> parameters_;
   std::vector<std::string> names_;
+  std::vector<Tensor> buffers_;
+  std::vector<std::vector<size_t>> buffer_groups_;  // The buffers by dtype.
+  int group_size_ = 1;
   std::vector<std::vector<size_t>> buckets_;
   // Each parameter's gradient as this DDP last left it: a gradient that is
   // another tensor now was written by a backward since.

@@ -300,7 +300,10 @@ int64_t DataLoader::batches_in(int64_t rows) const {
 }
 
 int64_t DataLoader::size() const {
-  if (options_.sampler) return batches_in(static_cast<int64_t>(epoch_order(next_epoch_).size()));
+  if (options_.sampler) {
+    // The sampler's row count only: begin() checks the rows themselves.
+    return batches_in(static_cast<int64_t>(options_.sampler(next_epoch_, num_rows_).size()));
+  }
   return batches_in(num_rows_);
 }
 
