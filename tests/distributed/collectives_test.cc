@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "eager/hybridize.h"
 #include "eager/ops.h"
+#include "serialization/model.h"
 #include "trace/executor.h"
 
 namespace tandem::distributed {
@@ -210,6 +212,23 @@ TEST(CollectivesTest, PassesNeitherFoldNorMergeCollectives) {
     collectives += node.op->collective ? 1 : 0;
   }
   EXPECT_EQ(collectives, 3);
+}
+
+// Exported and loaded, a graph's collectives run with the loading
+// program's group of the same number: here every rank exports its own copy
+// and loads it back, and the loaded graph all-reduces like the eager code.
+TEST(CollectivesTest, AnExportedGraphLoadedBackStillReduces) {
+  const int me = rank(), size = world_size();
+  HybridFunction doubled_sum([](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{mul(all_reduce(in[0]), 2.0)};
+  });
+  doubled_sum({full({3}, 1.0)});
+  const std::string path =
+      str_cat(::testing::TempDir(), "tandem_distributed_export_rank", me, "_of_", size);
+  doubled_sum.export_model(path);  // Checks the loaded graph against eager, collectively too.
+  LoadedModel loaded = load(path + ".json");
+  std::vector<float> got = loaded.run({full({3}, static_cast<double>(me))})[0].to_vector<float>();
+  EXPECT_FLOAT_EQ(got[0], static_cast<float>(size * (size - 1)));  // 2 * (0 + 1 + ... + size-1)
 }
 
 TEST(CollectivesTest, ASubgroupReducesAmongItsMembersOnly) {
