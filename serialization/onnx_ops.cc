@@ -12,90 +12,20 @@
 #include "kernels/dispatch.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/known_ops.h"
+#include "serialization/onnx_convert.h"
 #include "serialization/onnx_file.h"
 
-namespace tandem::serialization {
+namespace tandem::serialization::onnx_convert {
 namespace {
 
-namespace ew = kernels::elementwise;
 using kernels::Attrs;
 using kernels::op_def;
-using Ints = std::vector<int64_t>;
-using Node = OnnxNodeBuilder;
-
-// ---------------------------------------------------------------------------------------------
-// Building blocks
-// ---------------------------------------------------------------------------------------------
-
-template <class E>
-OnnxValue ew1(Node& n, const OnnxValue& x, const Attrs& attrs = {}) {
-  return n.op(op_def<E>(), attrs, {x});
-}
-template <class E>
-OnnxValue ew2(Node& n, const OnnxValue& a, const OnnxValue& b) {
-  return n.op(op_def<E>(), {}, {a, b});
-}
-
-OnnxValue reshape(Node& n, const OnnxValue& x, Ints dims) {
-  if (n.meta(x).shape == Shape(dims)) return x;
-  return n.op(kernels::reshape_op(), {{"shape", std::move(dims)}}, {x});
-}
-
-OnnxValue cast(Node& n, const OnnxValue& x, DType dtype) {
-  if (n.meta(x).dtype == dtype) return x;
-  return n.op(kernels::cast_op(), {{"dtype", dtype}}, {x});
-}
-
-// A scalar of x's dtype.
-OnnxValue scalar_like(Node& n, const OnnxValue& x, double value) {
-  return n.scalar(value, n.meta(x).dtype);
-}
-
-int64_t normalize_axis(Node& n, int64_t axis, int64_t rank, std::string_view what = "axis") {
-  if (rank == 0) n.refuse(str_cat(what, " ", axis, " of a scalar"));
-  if (axis < -rank || axis >= rank) {
-    n.refuse(str_cat(what, " ", axis, " is out of range for rank ", rank));
-  }
-  return axis < 0 ? axis + rank : axis;
-}
-
-Ints all_axes(int64_t rank) {
-  Ints axes(static_cast<size_t>(rank));
-  std::iota(axes.begin(), axes.end(), 0);
-  return axes;
-}
-
-int64_t product(absl::Span<const int64_t> dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end; ++i) p = checked_mul(p, dims[i], "a flattened size");
-  return p;
-}
-
-Ints dims_of(const Shape& s) { return Ints(s.begin(), s.end()); }
-
-// What the converters compute on the host (index lists, masks, taps) is
-// bounded like what import computes with ops (onnx_import.cc), so that a
-// small file declaring huge sizes cannot make them allocate without bound.
-constexpr int64_t kMaxHostElements = int64_t{1} << 26;
-void check_host_count(Node& n, int64_t count, std::string_view what) {
-  if (count > kMaxHostElements) {
-    n.refuse(str_cat(what, " would hold ", count, " elements at import, over ", kMaxHostElements));
-  }
-}
 
 // Window sizes, strides, dilations and pads are at most this, and the
 // input sizes they meet at most kMaxWindowInput: the window arithmetic then
 // cannot overflow.
 constexpr int64_t kMaxWindowAttr = int64_t{1} << 20;
 constexpr int64_t kMaxWindowInput = int64_t{1} << 40;
-
-// A double from the file as an integer, refused unless it is one that fits.
-int64_t integral(Node& n, double v, std::string_view what) {
-  if (!(std::abs(v) < 9.0e18) || v != std::floor(v)) {
-    n.refuse(str_cat(what, " ", v, " is not an integer"));
-  }
-  return int64_t(v);
-}
 
 // The permutation that moves the last of `rank` axes to `axis`.
 Ints last_axis_to(int64_t axis, int64_t rank) {
@@ -1004,62 +934,72 @@ Window plane_of(const Window& w) {
   return p;
 }
 
-void convert_conv3d(Node& n, Window w) {
-  const Shape ws = n.shape(1);
-  const int64_t batch = n.shape(0)[0], groups = n.attr_int("group", 1);
-  const OnnxValue x = pad_explicitly(n, n.input(0), w, 0);
+OnnxValue convolution3d(Node& n, const OnnxValue& input, const OnnxValue& weight, Window w) {
+  const Shape ws = n.meta(weight).shape;
+  const int64_t batch = n.meta(input).shape[0], groups = n.attr_int("group", 1);
+  const OnnxValue x = pad_explicitly(n, input, w, 0);
   const Window plane = plane_of(w);
   const DepthTaps d = depth_taps(n, x, w);
-  const OnnxValue zero_bias =
-      n.op(kernels::full_op(), {{"shape", Ints{ws[0]}}, {"dtype", n.dtype(0)}, {"value", 0.0}}, {});
+  const OnnxValue zero_bias = n.op(
+      kernels::full_op(), {{"shape", Ints{ws[0]}}, {"dtype", n.meta(x).dtype}, {"value", 0.0}}, {});
   OnnxValue sum;
   for (size_t k = 0; k < d.taps.size(); ++k) {
-    const OnnxValue weight = reshape(n,
-                                     n.op(kernels::slice_op(),
-                                          {{"axis", int64_t{2}},
-                                           {"begin", int64_t(k)},
-                                           {"end", int64_t(k) + 1},
-                                           {"step", int64_t{1}}},
-                                          {n.input(1)}),
-                                     {ws[0], ws[1], ws[3], ws[4]});
+    const OnnxValue tap_weight = reshape(n,
+                                         n.op(kernels::slice_op(),
+                                              {{"axis", int64_t{2}},
+                                               {"begin", int64_t(k)},
+                                               {"end", int64_t(k) + 1},
+                                               {"step", int64_t{1}}},
+                                              {weight}),
+                                         {ws[0], ws[1], ws[3], ws[4]});
     const OnnxValue y = n.op(kernels::conv2d_op(),
                              {{"stride", plane.strides},
                               {"padding", Ints{0, 0}},
                               {"dilation", plane.dilations},
                               {"groups", groups}},
-                             {depth_into_batch(n, d.taps[k]), weight, zero_bias});
+                             {depth_into_batch(n, d.taps[k]), tap_weight, zero_bias});
     sum = k == 0 ? y : ew2<ew::Add>(n, sum, y);
   }
-  OnnxValue y = depth_out_of_batch(n, sum, batch, d.outputs);
-  if (n.has_input(2)) y = ew2<ew::Add>(n, y, reshape(n, n.input(2), {ws[0], 1, 1, 1}));
-  n.set_output(0, y);
+  return depth_out_of_batch(n, sum, batch, d.outputs);
 }
 
-void convert_conv(Node& n) {
-  const Shape xs = n.shape(0), ws = n.shape(1);
+}  // namespace
+
+OnnxValue convolution(Node& n, const OnnxValue& input, const OnnxValue& weight,
+                      std::optional<OnnxValue> bias) {
+  const Shape xs = n.meta(input).shape, ws = n.meta(weight).shape;
   if (ws.rank() != xs.rank()) n.refuse("the weight's rank differs from the input's");
   Ints kernel = n.attr_ints("kernel_shape").value_or(Ints(ws.begin() + 2, ws.end()));
   Window w = window_of(n, xs, kernel);
-  if (w.spatial == 3) return convert_conv3d(n, w);
-  OnnxValue x = n.input(0), weight = n.input(1);
+  if (w.spatial == 3) {
+    const OnnxValue y = convolution3d(n, input, weight, w);
+    return bias ? ew2<ew::Add>(n, y, reshape(n, *bias, {ws[0], 1, 1, 1})) : y;
+  }
+  OnnxValue x = input, w2d = weight;
   if (!w.symmetric()) x = pad_explicitly(n, x, w, 0);
   const bool one_d = w.spatial == 1;
   if (one_d) {
     x = as_2d(n, x);
-    weight = as_2d(n, weight);
+    w2d = as_2d(n, w2d);
   }
-  const OnnxValue bias =
-      n.has_input(2) ? n.input(2)
-                     : n.op(kernels::full_op(),
-                            {{"shape", Ints{ws[0]}}, {"dtype", n.dtype(0)}, {"value", 0.0}}, {});
+  if (!bias) {
+    bias = n.op(kernels::full_op(),
+                {{"shape", Ints{ws[0]}}, {"dtype", n.meta(x).dtype}, {"value", 0.0}}, {});
+  }
   OnnxValue y = n.op(kernels::conv2d_op(),
                      {{"stride", pair(w, w.strides, 1)},
                       {"padding", pair(w, w.pads_begin, 0)},
                       {"dilation", pair(w, w.dilations, 1)},
                       {"groups", n.attr_int("group", 1)}},
-                     {x, weight, bias});
-  if (one_d) y = from_2d(n, y);
-  n.set_output(0, y);
+                     {x, w2d, *bias});
+  return one_d ? from_2d(n, y) : y;
+}
+
+namespace {
+
+void convert_conv(Node& n) {
+  n.set_output(0, convolution(n, n.input(0), n.input(1),
+                              n.has_input(2) ? std::optional(n.input(2)) : std::nullopt));
 }
 
 void convert_conv_transpose(Node& n) {
@@ -1887,144 +1827,151 @@ void convert_recurrent(Node& n, RecurrentKind kind) {
 // The table
 // ---------------------------------------------------------------------------------------------
 
-const absl::flat_hash_map<std::string_view, OnnxConverter>& converters() {
-  static const auto* table = new absl::flat_hash_map<std::string_view, OnnxConverter>{
-      {"Abs", unary<ew::Abs>},
-      {"Acos", unary<ew::Acos>},
-      {"Acosh", unary<ew::Acosh>},
-      {"Asin", unary<ew::Asin>},
-      {"Asinh", unary<ew::Asinh>},
-      {"Atan", unary<ew::Atan>},
-      {"Atanh", unary<ew::Atanh>},
-      {"Ceil", unary<ew::Ceil>},
-      {"Cos", unary<ew::Cos>},
-      {"Cosh", unary<ew::Cosh>},
-      {"Erf", unary<ew::Erf>},
-      {"Exp", unary<ew::Exp>},
-      {"Floor", unary<ew::Floor>},
-      {"HardSwish", unary<ew::Hardswish>},
-      {"IsNaN", unary<ew::Isnan>},
-      {"Log", unary<ew::Log>},
-      {"Neg", unary<ew::Neg>},
-      {"Not", unary<ew::LogicalNot>},
-      {"Reciprocal", unary<ew::Reciprocal>},
-      {"Relu", unary<ew::Relu>},
-      {"Round", unary<ew::Round>},
-      {"Sigmoid", unary<ew::Sigmoid>},
-      {"Sign", unary<ew::Sign>},
-      {"Sin", unary<ew::Sin>},
-      {"Sinh", unary<ew::Sinh>},
-      {"Softplus", unary<ew::Softplus>},
-      {"Softsign", unary<ew::Softsign>},
-      {"Sqrt", unary<ew::Sqrt>},
-      {"Tan", unary<ew::Tan>},
-      {"Tanh", unary<ew::Tanh>},
-      {"Add", binary<ew::Add>},
-      {"Sub", binary<ew::Sub>},
-      {"Mul", binary<ew::Mul>},
-      {"Div", binary<ew::Div>},
-      {"Pow", convert_pow},
-      {"Mod", convert_mod},
-      {"Equal", [](Node& n) { comparison(n, kernels::eq_op()); }},
-      {"Greater", [](Node& n) { comparison(n, kernels::gt_op()); }},
-      {"GreaterOrEqual", [](Node& n) { comparison(n, kernels::ge_op()); }},
-      {"Less", [](Node& n) { comparison(n, kernels::lt_op()); }},
-      {"LessOrEqual", [](Node& n) { comparison(n, kernels::le_op()); }},
-      {"And", [](Node& n) { convert_logical(n, 0); }},
-      {"Or", [](Node& n) { convert_logical(n, 1); }},
-      {"Xor", [](Node& n) { convert_logical(n, 2); }},
-      {"Max", [](Node& n) { variadic<ew::Maximum>(n); }},
-      {"Min", [](Node& n) { variadic<ew::Minimum>(n); }},
-      {"Sum", [](Node& n) { variadic<ew::Add>(n); }},
-      {"Mean", [](Node& n) { variadic<ew::Add>(n, true); }},
-      {"Elu", convert_elu},
-      {"Celu", convert_celu},
-      {"LeakyRelu", convert_leaky_relu},
-      {"Selu", convert_selu},
-      {"HardSigmoid", convert_hard_sigmoid},
-      {"ThresholdedRelu", convert_thresholded_relu},
-      {"Shrink", convert_shrink},
-      {"PRelu", convert_prelu},
-      {"Clip", convert_clip},
-      {"IsInf", convert_isinf},
-      {"Identity", convert_identity},
-      {"Constant", convert_constant},
-      {"Shape", convert_shape},
-      {"Size", convert_size},
-      {"Cast", convert_cast},
-      {"CastLike", convert_cast_like},
-      {"Reshape", convert_reshape},
-      {"Flatten", convert_flatten},
-      {"Squeeze", convert_squeeze},
-      {"Unsqueeze", convert_unsqueeze},
-      {"Transpose", convert_transpose},
-      {"Concat", convert_concat},
-      {"Split", convert_split},
-      {"Slice", convert_slice},
-      {"Gather", convert_gather},
-      {"GatherElements", convert_gather_elements},
-      {"GatherND", convert_gather_nd},
-      {"ScatterElements", convert_scatter_elements},
-      {"Scatter", convert_scatter_elements},
-      {"ScatterND", convert_scatter_nd},
-      {"Expand", convert_expand},
-      {"Tile", convert_tile},
-      {"ConstantOfShape", convert_constant_of_shape},
-      {"Range", convert_range},
-      {"Where", convert_where},
-      {"Trilu", convert_trilu},
-      {"EyeLike", convert_eye_like},
-      {"OneHot", convert_one_hot},
-      {"DepthToSpace", convert_depth_to_space},
-      {"SpaceToDepth", convert_space_to_depth},
-      {"Dropout", convert_dropout},
-      {"Pad", convert_pad},
-      {"ReduceSum", [](Node& n) { convert_reduce(n, Reduce::kSum); }},
-      {"ReduceMean", [](Node& n) { convert_reduce(n, Reduce::kMean); }},
-      {"ReduceMax", [](Node& n) { convert_reduce(n, Reduce::kMax); }},
-      {"ReduceMin", [](Node& n) { convert_reduce(n, Reduce::kMin); }},
-      {"ReduceProd", [](Node& n) { convert_reduce(n, Reduce::kProd); }},
-      {"ReduceL1", [](Node& n) { convert_reduce(n, Reduce::kL1); }},
-      {"ReduceL2", [](Node& n) { convert_reduce(n, Reduce::kL2); }},
-      {"ReduceSumSquare", [](Node& n) { convert_reduce(n, Reduce::kSumSquare); }},
-      {"ReduceLogSum", [](Node& n) { convert_reduce(n, Reduce::kLogSum); }},
-      {"ReduceLogSumExp", [](Node& n) { convert_reduce(n, Reduce::kLogSumExp); }},
-      {"ArgMax", [](Node& n) { convert_arg(n, true); }},
-      {"ArgMin", [](Node& n) { convert_arg(n, false); }},
-      {"MatMul", convert_matmul},
-      {"Gemm", convert_gemm},
-      {"Conv", convert_conv},
-      {"ConvTranspose", convert_conv_transpose},
-      {"MaxPool", [](Node& n) { convert_pool(n, true); }},
-      {"AveragePool", [](Node& n) { convert_pool(n, false); }},
-      {"GlobalMaxPool", [](Node& n) { convert_global_pool(n, true); }},
-      {"GlobalAveragePool", [](Node& n) { convert_global_pool(n, false); }},
-      {"BatchNormalization", convert_batch_norm},
-      {"InstanceNormalization", convert_instance_norm},
-      {"LayerNormalization", convert_layer_norm},
-      {"MeanVarianceNormalization", convert_mean_variance_norm},
-      {"LRN", convert_lrn},
-      {"Softmax", [](Node& n) { convert_softmax(n, 0); }},
-      {"LogSoftmax", [](Node& n) { convert_softmax(n, 1); }},
-      {"Hardmax", [](Node& n) { convert_softmax(n, 2); }},
-      {"CumSum", convert_cumsum},
-      {"TopK", convert_topk},
-      {"NegativeLogLikelihoodLoss", convert_nll},
-      {"SoftmaxCrossEntropyLoss", convert_softmax_cross_entropy},
-      {"Resize", convert_resize},
-      {"Upsample", convert_upsample},
-      {"RNN", [](Node& n) { convert_recurrent(n, RecurrentKind::kRnn); }},
-      {"LSTM", [](Node& n) { convert_recurrent(n, RecurrentKind::kLstm); }},
-      {"GRU", [](Node& n) { convert_recurrent(n, RecurrentKind::kGru); }},
-  };
+const ConverterTable& converters() {
+  static const ConverterTable* table = [] {
+    auto* t = new ConverterTable{
+        {"Abs", unary<ew::Abs>},
+        {"Acos", unary<ew::Acos>},
+        {"Acosh", unary<ew::Acosh>},
+        {"Asin", unary<ew::Asin>},
+        {"Asinh", unary<ew::Asinh>},
+        {"Atan", unary<ew::Atan>},
+        {"Atanh", unary<ew::Atanh>},
+        {"Ceil", unary<ew::Ceil>},
+        {"Cos", unary<ew::Cos>},
+        {"Cosh", unary<ew::Cosh>},
+        {"Erf", unary<ew::Erf>},
+        {"Exp", unary<ew::Exp>},
+        {"Floor", unary<ew::Floor>},
+        {"HardSwish", unary<ew::Hardswish>},
+        {"IsNaN", unary<ew::Isnan>},
+        {"Log", unary<ew::Log>},
+        {"Neg", unary<ew::Neg>},
+        {"Not", unary<ew::LogicalNot>},
+        {"Reciprocal", unary<ew::Reciprocal>},
+        {"Relu", unary<ew::Relu>},
+        {"Round", unary<ew::Round>},
+        {"Sigmoid", unary<ew::Sigmoid>},
+        {"Sign", unary<ew::Sign>},
+        {"Sin", unary<ew::Sin>},
+        {"Sinh", unary<ew::Sinh>},
+        {"Softplus", unary<ew::Softplus>},
+        {"Softsign", unary<ew::Softsign>},
+        {"Sqrt", unary<ew::Sqrt>},
+        {"Tan", unary<ew::Tan>},
+        {"Tanh", unary<ew::Tanh>},
+        {"Add", binary<ew::Add>},
+        {"Sub", binary<ew::Sub>},
+        {"Mul", binary<ew::Mul>},
+        {"Div", binary<ew::Div>},
+        {"Pow", convert_pow},
+        {"Mod", convert_mod},
+        {"Equal", [](Node& n) { comparison(n, kernels::eq_op()); }},
+        {"Greater", [](Node& n) { comparison(n, kernels::gt_op()); }},
+        {"GreaterOrEqual", [](Node& n) { comparison(n, kernels::ge_op()); }},
+        {"Less", [](Node& n) { comparison(n, kernels::lt_op()); }},
+        {"LessOrEqual", [](Node& n) { comparison(n, kernels::le_op()); }},
+        {"And", [](Node& n) { convert_logical(n, 0); }},
+        {"Or", [](Node& n) { convert_logical(n, 1); }},
+        {"Xor", [](Node& n) { convert_logical(n, 2); }},
+        {"Max", [](Node& n) { variadic<ew::Maximum>(n); }},
+        {"Min", [](Node& n) { variadic<ew::Minimum>(n); }},
+        {"Sum", [](Node& n) { variadic<ew::Add>(n); }},
+        {"Mean", [](Node& n) { variadic<ew::Add>(n, true); }},
+        {"Elu", convert_elu},
+        {"Celu", convert_celu},
+        {"LeakyRelu", convert_leaky_relu},
+        {"Selu", convert_selu},
+        {"HardSigmoid", convert_hard_sigmoid},
+        {"ThresholdedRelu", convert_thresholded_relu},
+        {"Shrink", convert_shrink},
+        {"PRelu", convert_prelu},
+        {"Clip", convert_clip},
+        {"IsInf", convert_isinf},
+        {"Identity", convert_identity},
+        {"Constant", convert_constant},
+        {"Shape", convert_shape},
+        {"Size", convert_size},
+        {"Cast", convert_cast},
+        {"CastLike", convert_cast_like},
+        {"Reshape", convert_reshape},
+        {"Flatten", convert_flatten},
+        {"Squeeze", convert_squeeze},
+        {"Unsqueeze", convert_unsqueeze},
+        {"Transpose", convert_transpose},
+        {"Concat", convert_concat},
+        {"Split", convert_split},
+        {"Slice", convert_slice},
+        {"Gather", convert_gather},
+        {"GatherElements", convert_gather_elements},
+        {"GatherND", convert_gather_nd},
+        {"ScatterElements", convert_scatter_elements},
+        {"Scatter", convert_scatter_elements},
+        {"ScatterND", convert_scatter_nd},
+        {"Expand", convert_expand},
+        {"Tile", convert_tile},
+        {"ConstantOfShape", convert_constant_of_shape},
+        {"Range", convert_range},
+        {"Where", convert_where},
+        {"Trilu", convert_trilu},
+        {"EyeLike", convert_eye_like},
+        {"OneHot", convert_one_hot},
+        {"DepthToSpace", convert_depth_to_space},
+        {"SpaceToDepth", convert_space_to_depth},
+        {"Dropout", convert_dropout},
+        {"Pad", convert_pad},
+        {"ReduceSum", [](Node& n) { convert_reduce(n, Reduce::kSum); }},
+        {"ReduceMean", [](Node& n) { convert_reduce(n, Reduce::kMean); }},
+        {"ReduceMax", [](Node& n) { convert_reduce(n, Reduce::kMax); }},
+        {"ReduceMin", [](Node& n) { convert_reduce(n, Reduce::kMin); }},
+        {"ReduceProd", [](Node& n) { convert_reduce(n, Reduce::kProd); }},
+        {"ReduceL1", [](Node& n) { convert_reduce(n, Reduce::kL1); }},
+        {"ReduceL2", [](Node& n) { convert_reduce(n, Reduce::kL2); }},
+        {"ReduceSumSquare", [](Node& n) { convert_reduce(n, Reduce::kSumSquare); }},
+        {"ReduceLogSum", [](Node& n) { convert_reduce(n, Reduce::kLogSum); }},
+        {"ReduceLogSumExp", [](Node& n) { convert_reduce(n, Reduce::kLogSumExp); }},
+        {"ArgMax", [](Node& n) { convert_arg(n, true); }},
+        {"ArgMin", [](Node& n) { convert_arg(n, false); }},
+        {"MatMul", convert_matmul},
+        {"Gemm", convert_gemm},
+        {"Conv", convert_conv},
+        {"ConvTranspose", convert_conv_transpose},
+        {"MaxPool", [](Node& n) { convert_pool(n, true); }},
+        {"AveragePool", [](Node& n) { convert_pool(n, false); }},
+        {"GlobalMaxPool", [](Node& n) { convert_global_pool(n, true); }},
+        {"GlobalAveragePool", [](Node& n) { convert_global_pool(n, false); }},
+        {"BatchNormalization", convert_batch_norm},
+        {"InstanceNormalization", convert_instance_norm},
+        {"LayerNormalization", convert_layer_norm},
+        {"MeanVarianceNormalization", convert_mean_variance_norm},
+        {"LRN", convert_lrn},
+        {"Softmax", [](Node& n) { convert_softmax(n, 0); }},
+        {"LogSoftmax", [](Node& n) { convert_softmax(n, 1); }},
+        {"Hardmax", [](Node& n) { convert_softmax(n, 2); }},
+        {"CumSum", convert_cumsum},
+        {"TopK", convert_topk},
+        {"NegativeLogLikelihoodLoss", convert_nll},
+        {"SoftmaxCrossEntropyLoss", convert_softmax_cross_entropy},
+        {"Resize", convert_resize},
+        {"Upsample", convert_upsample},
+        {"RNN", [](Node& n) { convert_recurrent(n, RecurrentKind::kRnn); }},
+        {"LSTM", [](Node& n) { convert_recurrent(n, RecurrentKind::kLstm); }},
+        {"GRU", [](Node& n) { convert_recurrent(n, RecurrentKind::kGru); }},
+    };
+    add_quantized_converters(*t);
+    return t;
+  }();
   return *table;
 }
 
 }  // namespace
+}  // namespace tandem::serialization::onnx_convert
+
+namespace tandem::serialization {
 
 OnnxConverter find_onnx_converter(std::string_view op_type) {
-  auto it = converters().find(op_type);
-  return it == converters().end() ? nullptr : it->second;
+  auto it = onnx_convert::converters().find(op_type);
+  return it == onnx_convert::converters().end() ? nullptr : it->second;
 }
 
 }  // namespace tandem::serialization

@@ -1,11 +1,13 @@
 // ONNX's own backend tests (Debian's libonnx-testdata) through the importer:
 // each case is a model.onnx with test_data_set_*/input_*.pb and the expected
 // output_*.pb. A case passes when every data set's outputs match (floats
-// within rtol 1e-3 / atol 1e-5, NaN equal to NaN; integers and bools
-// exactly; shapes and dtypes exactly), and is refused when the importer
-// throws tandem::Error at import (an op, attribute or dtype Tandem cannot
-// express). Anything else fails the test: a wrong answer, an error when the
-// imported model runs, a crash.
+// within rtol 1e-3 / atol 1e-5, bfloat16 within one of its steps, NaN equal
+// to NaN; integers and bools exactly; shapes and dtypes exactly), and is
+// refused when the importer throws tandem::Error at import (an op,
+// attribute or dtype Tandem cannot express) or when the case's data cannot
+// be fed to its model (a dtype Tandem has no tensors of; a shape that
+// contradicts the model's declaration). Anything else fails the test: a wrong answer, an error when
+// the imported model runs, a crash.
 //
 // A case whose import needs some inputs as values (a Reshape's shape given
 // as an input: ONNX's node tests make every operand an input) is imported
@@ -56,11 +58,18 @@ struct Result {
   bool round_tripped = false;  // Exported as ONNX again, re-imported, and right again.
 };
 
-Tensor read_tensor(const fs::path& path) {
+// A data set's tensor, for a model that declares its element type as
+// `declared` (0: not declared). ONNX's test data written before NumPy had
+// bfloat16 holds bfloat16 values as UINT16 tensors of the same bits: those
+// are read as the bfloat16 the model declares.
+Tensor read_tensor(const fs::path& path, int32_t declared) {
   const std::vector<uint8_t> bytes = serialization::read_file(path.string(), 1 << 30);
   onnx::TensorProto proto;
   TANDEM_CHECK(proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())), path.string(),
                " is not a TensorProto");
+  if (declared == onnx::TensorProto::BFLOAT16 && proto.data_type() == onnx::TensorProto::UINT16) {
+    proto.set_data_type(onnx::TensorProto::BFLOAT16);
+  }
   return serialization::tensor_from_onnx(proto, {path.parent_path().string(), path.string()},
                                          path.filename().string());
 }
@@ -83,11 +92,16 @@ std::string difference(const Tensor& got, const Tensor& want) {
     for (int64_t x : c.to_vector<int64_t>()) v.push_back(static_cast<double>(x));
     return v;
   };
+  // bfloat16's step (2^-8 to 2^-7 relative) is coarser than rtol: a
+  // bfloat16 result matches within one step, the most by which two roundings
+  // of the same value differ (ONNX's data truncates, Tandem rounds to
+  // nearest).
+  const double rtol = want.dtype() == DType::kBFloat16 ? 1.0 / 128 : 1e-3;
   const std::vector<double> g = values(got), w = values(want);
   for (size_t i = 0; i < w.size(); ++i) {
     if (std::isnan(w[i]) && std::isnan(g[i])) continue;
     const bool ok = floating
-                        ? (g[i] == w[i] || std::abs(g[i] - w[i]) <= 1e-5 + 1e-3 * std::abs(w[i]))
+                        ? (g[i] == w[i] || std::abs(g[i] - w[i]) <= 1e-5 + rtol * std::abs(w[i]))
                         : g[i] == w[i];
     if (!ok) return str_cat("element ", i, " is ", g[i], ", expected ", w[i]);
   }
@@ -118,17 +132,57 @@ std::string check_outputs(const LoadedModel& model, const std::vector<Tensor>& i
 }
 
 // The model's data inputs (not initializers), in order: the order of a
-// data set's input_<k>.pb files.
-std::vector<std::string> data_input_names(const fs::path& model_path) {
+// data set's input_<k>.pb files; and the element types the model declares
+// for them and for its outputs.
+struct Signature {
+  std::vector<std::string> inputs;
+  std::vector<int32_t> input_types, output_types;
+  // The inputs' shapes, -1 where a dimension is free.
+  std::vector<std::vector<int64_t>> input_shapes;
+};
+
+Signature signature_of(const fs::path& model_path) {
   const std::vector<uint8_t> bytes = serialization::read_file(model_path.string(), 1 << 30);
   const onnx::ModelProto model = serialization::parse_onnx_model(bytes, model_path.string());
   std::set<std::string> initialized;
   for (const onnx::TensorProto& t : model.graph().initializer()) initialized.insert(t.name());
-  std::vector<std::string> names;
+  Signature signature;
   for (const onnx::ValueInfoProto& input : model.graph().input()) {
-    if (!initialized.contains(input.name())) names.push_back(input.name());
+    if (initialized.contains(input.name())) continue;
+    signature.inputs.push_back(input.name());
+    signature.input_types.push_back(input.type().tensor_type().elem_type());
+    std::vector<int64_t> dims;
+    for (const onnx::TensorShapeProto::Dimension& d : input.type().tensor_type().shape().dim()) {
+      dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    }
+    signature.input_shapes.push_back(dims);
   }
-  return names;
+  for (const onnx::ValueInfoProto& output : model.graph().output()) {
+    signature.output_types.push_back(output.type().tensor_type().elem_type());
+  }
+  return signature;
+}
+
+// Why data set input i contradicts the shape the model declares for it
+// (ONNX ships a few such cases), or "".
+std::string contradiction(const Signature& signature, size_t i, const Tensor& value) {
+  if (i >= signature.input_shapes.size()) return "";
+  const std::vector<int64_t>& dims = signature.input_shapes[i];
+  bool agrees = static_cast<int>(dims.size()) == value.shape().rank();
+  for (size_t d = 0; agrees && d < dims.size(); ++d) {
+    agrees = dims[d] < 0 || dims[d] == value.shape()[static_cast<int>(d)];
+  }
+  if (agrees) return "";
+  std::string declared;
+  for (int64_t d : dims)
+    declared += str_cat(declared.empty() ? "" : ", ", d < 0 ? "?" : str_cat(d));
+  return str_cat("input '", signature.inputs[i], "' has shape ", value.shape().to_string(),
+                 " in the data set, but the model declares [", declared, "]");
+}
+
+// The declared type of element i of `types`, or 0.
+int32_t declared(const std::vector<int32_t>& types, size_t i) {
+  return i < types.size() ? types[i] : 0;
 }
 
 // The inputs a refused import says it needs as values (onnx_import.cc), or
@@ -149,15 +203,16 @@ std::set<std::string> inputs_needed_as_values(const std::string& message) {
 
 // The values of the `bound` inputs in the case's first data set, or nothing
 // when it has none.
-std::optional<std::map<std::string, Tensor>> first_set_values(
-    const fs::path& dir, const std::set<std::string>& bound,
-    const std::vector<std::string>& names) {
+std::optional<std::map<std::string, Tensor>> first_set_values(const fs::path& dir,
+                                                              const std::set<std::string>& bound,
+                                                              const Signature& signature) {
+  const std::vector<std::string>& names = signature.inputs;
   std::map<std::string, Tensor> values;
   for (size_t i = 0; i < names.size(); ++i) {
     if (!bound.contains(names[i])) continue;
     const fs::path file = dir / "test_data_set_0" / str_cat("input_", i, ".pb");
     if (!fs::exists(file)) return std::nullopt;
-    values[names[i]] = read_tensor(file);
+    values[names[i]] = read_tensor(file, declared(signature.input_types, i));
   }
   return values;
 }
@@ -170,13 +225,14 @@ Result run_case(const fs::path& dir) {
   const fs::path model_path = dir / "model.onnx";
   // An import stops at a node's first missing value: bind what it names,
   // then try again (with zeros: only which inputs are needed matters here).
-  const std::vector<std::string> names = data_input_names(model_path);
+  const Signature signature = signature_of(model_path);
+  const std::vector<std::string>& names = signature.inputs;
   std::set<std::string> bound;
   for (size_t attempt = 0; attempt <= names.size(); ++attempt) {
     OnnxImportOptions probe;
     try {
       const std::optional<std::map<std::string, Tensor>> values =
-          first_set_values(dir, bound, names);
+          first_set_values(dir, bound, signature);
       if (!values) break;
       probe.known_inputs = *values;
       import_onnx(model_path.string(), probe);
@@ -202,7 +258,11 @@ Result run_case(const fs::path& dir) {
     OnnxImportOptions options;
     try {
       for (size_t i = 0; fs::exists(set / str_cat("input_", i, ".pb")); ++i) {
-        const Tensor t = read_tensor(set / str_cat("input_", i, ".pb"));
+        const Tensor t =
+            read_tensor(set / str_cat("input_", i, ".pb"), declared(signature.input_types, i));
+        if (std::string why = contradiction(signature, i, t); !why.empty()) {
+          return {Outcome::kRefused, str_cat("test data: ", why)};
+        }
         if (i < names.size() && bound.contains(names[i])) {
           options.known_inputs[names[i]] = t;
         } else {
@@ -210,7 +270,8 @@ Result run_case(const fs::path& dir) {
         }
       }
       for (size_t i = 0; fs::exists(set / str_cat("output_", i, ".pb")); ++i) {
-        expected.push_back(read_tensor(set / str_cat("output_", i, ".pb")));
+        expected.push_back(
+            read_tensor(set / str_cat("output_", i, ".pb"), declared(signature.output_types, i)));
       }
     } catch (const Error& e) {
       // Data Tandem cannot hold (int8 tensors, sequences): the case's model

@@ -1,0 +1,61 @@
+#include "serialization/onnx_convert.h"
+
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/known_ops.h"
+
+namespace tandem::serialization::onnx_convert {
+
+OnnxValue reshape(Node& n, const OnnxValue& x, Ints dims) {
+  if (n.meta(x).shape == Shape(dims)) return x;
+  return n.op(kernels::reshape_op(), {{"shape", std::move(dims)}}, {x});
+}
+
+OnnxValue cast(Node& n, const OnnxValue& x, DType dtype) {
+  if (n.meta(x).dtype == dtype) return x;
+  return n.op(kernels::cast_op(), {{"dtype", dtype}}, {x});
+}
+
+OnnxValue scalar_like(Node& n, const OnnxValue& x, double value) {
+  return n.scalar(value, n.meta(x).dtype);
+}
+
+int64_t normalize_axis(Node& n, int64_t axis, int64_t rank, std::string_view what) {
+  if (rank == 0) n.refuse(str_cat(what, " ", axis, " of a scalar"));
+  if (axis < -rank || axis >= rank) {
+    n.refuse(str_cat(what, " ", axis, " is out of range for rank ", rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+Ints all_axes(int64_t rank) {
+  Ints axes(static_cast<size_t>(rank));
+  std::iota(axes.begin(), axes.end(), 0);
+  return axes;
+}
+
+int64_t product(absl::Span<const int64_t> dims, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p = checked_mul(p, dims[i], "a flattened size");
+  return p;
+}
+
+Ints dims_of(const Shape& s) { return Ints(s.begin(), s.end()); }
+
+void check_host_count(Node& n, int64_t count, std::string_view what) {
+  if (count > kMaxHostElements) {
+    n.refuse(str_cat(what, " would hold ", count, " elements at import, over ", kMaxHostElements));
+  }
+}
+
+int64_t integral(Node& n, double v, std::string_view what) {
+  if (!(std::abs(v) < 9.0e18) || v != std::floor(v)) {
+    n.refuse(str_cat(what, " ", v, " is not an integer"));
+  }
+  return int64_t(v);
+}
+
+}  // namespace tandem::serialization::onnx_convert

@@ -1,0 +1,64 @@
+// What the ONNX converters share: the building blocks every converter file
+// uses, and how each family of ops joins the importer's one table
+// (onnx_ops.cc). Internal to serialization/; the interface a converter is
+// written against is onnx_ops.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+
+#include "kernels/dispatch.h"
+#include "kernels/elementwise_ops.h"
+#include "serialization/onnx_ops.h"
+
+namespace tandem::serialization::onnx_convert {
+
+namespace ew = kernels::elementwise;
+using Ints = std::vector<int64_t>;
+using Node = OnnxNodeBuilder;
+using ConverterTable = absl::flat_hash_map<std::string_view, OnnxConverter>;
+
+template <class E>
+OnnxValue ew1(Node& n, const OnnxValue& x, const kernels::Attrs& attrs = {}) {
+  return n.op(kernels::op_def<E>(), attrs, {x});
+}
+template <class E>
+OnnxValue ew2(Node& n, const OnnxValue& a, const OnnxValue& b) {
+  return n.op(kernels::op_def<E>(), {}, {a, b});
+}
+
+OnnxValue reshape(Node& n, const OnnxValue& x, Ints dims);
+OnnxValue cast(Node& n, const OnnxValue& x, DType dtype);
+// A scalar of x's dtype.
+OnnxValue scalar_like(Node& n, const OnnxValue& x, double value);
+
+int64_t normalize_axis(Node& n, int64_t axis, int64_t rank, std::string_view what = "axis");
+Ints all_axes(int64_t rank);
+int64_t product(absl::Span<const int64_t> dims, size_t begin, size_t end);
+Ints dims_of(const Shape& s);
+
+// What the converters compute on the host (index lists, masks, taps) is
+// bounded like what import computes with ops (onnx_import.cc), so that a
+// small file declaring huge sizes cannot make them allocate without bound.
+inline constexpr int64_t kMaxHostElements = int64_t{1} << 26;
+void check_host_count(Node& n, int64_t count, std::string_view what);
+
+// A double from the file as an integer, refused unless it is one that fits.
+int64_t integral(Node& n, double v, std::string_view what);
+
+// ONNX's Conv on x and weight, with the node's attributes (kernel_shape,
+// strides, dilations, pads, auto_pad, group), 1-D to 3-D; no bias adds
+// nothing.
+OnnxValue convolution(Node& n, const OnnxValue& x, const OnnxValue& weight,
+                      std::optional<OnnxValue> bias);
+
+// The families of ops kept in files of their own add their converters to
+// the table here.
+void add_quantized_converters(ConverterTable& table);
+
+}  // namespace tandem::serialization::onnx_convert
