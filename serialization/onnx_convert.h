@@ -60,5 +60,6 @@ OnnxValue convolution(Node& n, const OnnxValue& x, const OnnxValue& weight,
 // The families of ops kept in files of their own add their converters to
 // the table here.
 void add_quantized_converters(ConverterTable& table);
+void add_signal_converters(ConverterTable& table);
 
 }  // namespace tandem::serialization::onnx_convert

@@ -82,7 +82,7 @@ class OnnxGraphBuilder {
       }
       OnnxValue value = OnnxValue::in_graph(
           graph.add_input(input.name, trace::InputKind::kData, Shape(dims), input.dtype));
-      value.data_input = input.name;
+      value.data_inputs = {input.name};
       values_[input.name] = std::move(value);
     }
     has_free_dims_ = !sizes.empty();
@@ -234,7 +234,7 @@ kernels::TensorMeta OnnxNodeBuilder::meta(const OnnxValue& value) const {
 Tensor OnnxNodeBuilder::known(size_t i, std::string_view what) const {
   const OnnxValue value = input(i);
   if (!value.is_known()) {
-    if (!value.data_input.empty()) graph_.needed_inputs_.insert(value.data_input);
+    graph_.needed_inputs_.insert(value.data_inputs.begin(), value.data_inputs.end());
     refuse(str_cat(what, " (input ", i,
                    ") must be known at import: a constant, or computed from "
                    "constants and sizes; here the model computes it as it runs"));
@@ -353,11 +353,14 @@ std::vector<OnnxValue> OnnxNodeBuilder::ops(const kernels::OpDef& op, const kern
     return outputs;
   }
   std::vector<trace::ValueId> ids;
+  std::set<std::string> data_inputs;
   for (const OnnxValue& v : inputs) {
     ids.push_back(graph_.materialize(v));
+    data_inputs.insert(v.data_inputs.begin(), v.data_inputs.end());
   }
   for (trace::ValueId id : graph_.graph.add_node(op, attrs, std::move(ids))) {
     outputs.push_back(OnnxValue::in_graph(id));
+    outputs.back().data_inputs = data_inputs;
   }
   graph_.sources.push_back(graph_.current_);
   return outputs;

@@ -1959,6 +1959,7 @@ const ConverterTable& converters() {
         {"GRU", [](Node& n) { convert_recurrent(n, RecurrentKind::kGru); }},
     };
     add_quantized_converters(*t);
+    add_signal_converters(*t);
     return t;
   }();
   return *table;

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,8 +46,10 @@ struct OnnxValue {
   // Computed from the data inputs' sizes (Shape, Size): a number that a
   // graph with free dimensions may hold in attributes only.
   bool from_sizes = false;
-  // The data input it is, if it is one: named when an op needs its value.
-  std::string data_input;
+  // The data inputs an in-graph value is computed from: named when an op
+  // needs its value, since binding them (OnnxImportOptions::known_inputs)
+  // makes it known.
+  std::set<std::string> data_inputs;
 
   static OnnxValue in_graph(trace::ValueId id) { return {id, Tensor(), false, {}}; }
   static OnnxValue of(Tensor value, bool from_sizes = false) {

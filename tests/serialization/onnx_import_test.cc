@@ -206,6 +206,25 @@ TEST(OnnxImportTest, KnownInputsAreBoundAtImport) {
                         {"known_inputs names 'nope', which is not an input of the model"});
 }
 
+TEST(OnnxImportTest, AValueComputedFromInputsNamesThoseInputs) {
+  // Reshape(x, Abs(shape)): the shape is computed from the input `shape`,
+  // which the import names, and which, bound, makes the shape known.
+  onnx::ModelProto m = model_with_opset(13);
+  onnx::GraphProto& g = *m.mutable_graph();
+  add_data_and_shape_inputs(g);
+  add_node(g, "Abs", {"shape"}, {"positive"});
+  add_node(g, "Reshape", {"x", "positive"}, {"y"});
+  g.add_output()->set_name("y");
+  testing::expect_error([&] { import_onnx(bytes_of(m), "reshape.onnx"); },
+                        {"shape (input 1) must be known at import",
+                         "inputs the import needs as values: 'shape'"});
+  OnnxImportOptions options;
+  options.known_inputs["shape"] = Tensor::from_vector<int64_t>({-3, -2}, Shape{2});
+  const LoadedModel model = import_onnx(bytes_of(m), "reshape.onnx", options);
+  const Tensor y = model.run({Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{2, 3})}).at(0);
+  EXPECT_EQ(y.shape(), (Shape{3, 2}));
+}
+
 TEST(OnnxImportTest, SizesUsedAsTensorsAreRefusedWithFreeDimensions) {
   // z * float(shape(x)): the tensor [N, 3] is computed at import and would
   // be a constant of the graph, which cannot follow N.
