@@ -57,9 +57,21 @@ OnnxValue legacy_broadcast(Node& n, const OnnxValue& b) {
   return reshape(n, b, aligned);
 }
 
+// 16-bit floats in float32: Tandem's arithmetic kernels have none of their
+// own, and a 16-bit kernel computes in float32 and rounds back too.
+bool is_half(Node& n, const OnnxValue& v) {
+  const DType d = n.meta(v).dtype;
+  return d == DType::kFloat16 || d == DType::kBFloat16;
+}
+OnnxValue widened(Node& n, const OnnxValue& v) {
+  return is_half(n, v) ? cast(n, v, DType::kFloat32) : v;
+}
+
 template <class E>
 void binary(Node& n) {
-  n.set_output(0, ew2<E>(n, n.input(0), legacy_broadcast(n, n.input(1))));
+  const OnnxValue a = n.input(0);
+  const OnnxValue y = ew2<E>(n, widened(n, a), widened(n, legacy_broadcast(n, n.input(1))));
+  n.set_output(0, cast(n, y, n.meta(a).dtype));
 }
 
 void comparison(Node& n, const kernels::OpDef& op) {
@@ -76,7 +88,7 @@ void convert_pow(Node& n) {
 // the dividend's sign). fmod = 0 (integers only): Python's, the divisor's
 // sign. Tandem's integer div truncates exactly, so both are exact.
 void convert_mod(Node& n) {
-  const OnnxValue a = n.input(0), b = n.input(1);
+  const OnnxValue a = widened(n, n.input(0)), b = widened(n, n.input(1));
   const bool floating = is_floating_point(n.dtype(0));
   const bool c_fmod = n.attr_int("fmod", 0) == 1;
   if (floating && !c_fmod) n.refuse("floating-point Mod needs fmod = 1");
@@ -94,7 +106,7 @@ void convert_mod(Node& n) {
              {n.op(kernels::ne_op(), {}, {r, zero}), signs_differ, n.scalar(0, DType::kBool)});
     r = n.op(kernels::where_op(), {}, {adjust, ew2<ew::Add>(n, r, b), r});
   }
-  n.set_output(0, r);
+  n.set_output(0, cast(n, r, n.dtype(0)));
 }
 
 // And, Or, Xor of bools: from the count of true operands.
@@ -110,10 +122,10 @@ void convert_logical(Node& n, int kind) {
 // Max, Min, Sum, Mean of any number of operands.
 template <class E>
 void variadic(Node& n, bool mean = false) {
-  OnnxValue acc = n.input(0);
-  for (size_t i = 1; i < n.num_inputs(); ++i) acc = ew2<E>(n, acc, n.input(i));
+  OnnxValue acc = widened(n, n.input(0));
+  for (size_t i = 1; i < n.num_inputs(); ++i) acc = ew2<E>(n, acc, widened(n, n.input(i)));
   if (mean) acc = ew2<ew::Div>(n, acc, scalar_like(n, acc, double(n.num_inputs())));
-  n.set_output(0, acc);
+  n.set_output(0, cast(n, acc, n.dtype(0)));
 }
 
 void convert_elu(Node& n) {
@@ -676,9 +688,15 @@ void convert_pad(Node& n) {
                        {n.input(0)}));
 }
 
+// Identity, except in training mode (opset 12 on) with a nonzero ratio,
+// which draws a random mask: refused, as imported graphs are for inference.
 void convert_dropout(Node& n) {
   if (n.opset() >= 12 && n.has_input(2) && n.known_scalar(2, "training_mode") != 0) {
-    n.refuse("training mode is not supported (inference only)");
+    const double ratio = n.has_input(1) ? n.known_scalar(1, "ratio") : 0.5;
+    if (ratio != 0) {
+      n.refuse(str_cat("training mode with ratio ", ratio,
+                       " draws a random mask; imported graphs are for inference"));
+    }
   }
   const OnnxValue x = n.input(0);
   n.set_output(0, x);
@@ -1204,8 +1222,41 @@ void convert_global_pool(Node& n, bool max) {
                        {{"axes", axes}, {"keepdims", true}}, {n.input(0)}));
 }
 
+// [C] per-channel values shaped to broadcast over [N, C, spatial...].
+OnnxValue per_channel(Node& n, const OnnxValue& v, int rank) {
+  Ints d(size_t(rank - 1), 1);
+  d[0] = n.meta(v).shape.numel();
+  return reshape(n, v, d);
+}
+
+// Training mode (opset 14 on): normalized with the batch's mean and
+// (biased) variance, which also update the running statistics (outputs 1
+// and 2) with the node's momentum.
+void convert_batch_norm_training(Node& n) {
+  const OnnxValue x = n.input(0);
+  const int64_t rank = n.shape(0).rank();
+  if (rank < 2) n.refuse("x must have a channel axis");
+  Ints axes = all_axes(rank);
+  axes.erase(axes.begin() + 1);
+  const Attrs reduced{{"axes", axes}, {"keepdims", false}};
+  const OnnxValue mean = n.op(kernels::mean_op(), reduced, {x});
+  const OnnxValue centered = ew2<ew::Sub>(n, x, per_channel(n, mean, int(rank)));
+  const OnnxValue var = n.op(kernels::mean_op(), reduced, {ew1<ew::Square>(n, centered)});
+  const std::vector<OnnxValue> y =
+      n.ops(kernels::batch_norm_op(), {{"training", false}, {"eps", n.attr_float("epsilon", 1e-5)}},
+            {x, n.input(1), n.input(2), mean, var});
+  n.set_output(0, y[0]);
+  const double momentum = n.attr_float("momentum", 0.9);
+  auto running = [&](size_t input, const OnnxValue& batch) {
+    return ew2<ew::Add>(n, ew2<ew::Mul>(n, n.input(input), scalar_like(n, batch, momentum)),
+                        ew2<ew::Mul>(n, batch, scalar_like(n, batch, 1 - momentum)));
+  };
+  n.set_output(1, running(3, mean));
+  n.set_output(2, running(4, var));
+}
+
 void convert_batch_norm(Node& n) {
-  if (n.attr_int("training_mode", 0) != 0) n.refuse("training_mode = 1 is not supported");
+  if (n.attr_int("training_mode", 0) != 0) return convert_batch_norm_training(n);
   if (n.opset() < 9 && n.attr_int("spatial", 1) == 0) n.refuse("spatial = 0 is not supported");
   if (n.opset() < 7 && n.attr_int("is_test", 0) == 0)
     n.refuse("is_test = 0 (training) is not supported");
@@ -1216,13 +1267,6 @@ void convert_batch_norm(Node& n) {
       n.ops(kernels::batch_norm_op(), {{"training", false}, {"eps", n.attr_float("epsilon", 1e-5)}},
             {n.input(0), n.input(1), n.input(2), n.input(3), n.input(4)});
   n.set_output(0, y[0]);
-}
-
-// [C] per-channel values shaped to broadcast over [N, C, spatial...].
-OnnxValue per_channel(Node& n, const OnnxValue& v, int rank) {
-  Ints d(size_t(rank - 1), 1);
-  d[0] = n.meta(v).shape.numel();
-  return reshape(n, v, d);
 }
 
 // (x - mean) / sqrt(var + eps) over `axes`, with the statistics kept.
