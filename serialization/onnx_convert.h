@@ -61,5 +61,6 @@ OnnxValue convolution(Node& n, const OnnxValue& x, const OnnxValue& weight,
 // the table here.
 void add_quantized_converters(ConverterTable& table);
 void add_signal_converters(ConverterTable& table);
+void add_einsum_converter(ConverterTable& table);
 
 }  // namespace tandem::serialization::onnx_convert

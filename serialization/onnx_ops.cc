@@ -2004,6 +2004,7 @@ const ConverterTable& converters() {
     };
     add_quantized_converters(*t);
     add_signal_converters(*t);
+    add_einsum_converter(*t);
     return t;
   }();
   return *table;

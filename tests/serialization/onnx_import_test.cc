@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "tests/serialization/onnx_model_builder.h"
 #include "tests/serialization/test_util.h"
 
 #include "onnx/onnx_pb.h"
@@ -20,7 +21,11 @@ namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::add_input;
+using testing::add_node;
+using testing::bytes_of;
 using ::testing::HasSubstr;
+using testing::model_with_opset;
 
 onnx::TensorProto float_tensor(const std::string& name, std::vector<int64_t> dims,
                                std::vector<float> values) {
@@ -39,45 +44,6 @@ onnx::TensorProto int_tensor(const std::string& name, std::vector<int64_t> value
   t.add_dims(static_cast<int64_t>(values.size()));
   for (int64_t v : values) t.add_int64_data(v);
   return t;
-}
-
-// A float input whose dimensions are sizes or, as strings, free names.
-void add_input(onnx::GraphProto& g, const std::string& name, std::vector<std::string> dims) {
-  onnx::ValueInfoProto* input = g.add_input();
-  input->set_name(name);
-  auto* type = input->mutable_type()->mutable_tensor_type();
-  type->set_elem_type(onnx::TensorProto_DataType_FLOAT);
-  for (const std::string& d : dims) {
-    auto* dim = type->mutable_shape()->add_dim();
-    if (std::isdigit(static_cast<unsigned char>(d[0]))) {
-      dim->set_dim_value(std::stoll(d));
-    } else {
-      dim->set_dim_param(d);
-    }
-  }
-}
-
-onnx::NodeProto* add_node(onnx::GraphProto& g, const std::string& op,
-                          std::vector<std::string> inputs, std::vector<std::string> outputs) {
-  onnx::NodeProto* node = g.add_node();
-  node->set_op_type(op);
-  node->set_name(outputs.at(0) + "_node");
-  for (const std::string& i : inputs) node->add_input(i);
-  for (const std::string& o : outputs) node->add_output(o);
-  return node;
-}
-
-onnx::ModelProto model_with_opset(int opset) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  m.add_opset_import()->set_version(opset);
-  m.mutable_graph()->set_name("test");
-  return m;
-}
-
-std::vector<uint8_t> bytes_of(const onnx::ModelProto& m) {
-  const std::string s = m.SerializeAsString();
-  return {s.begin(), s.end()};
 }
 
 // y = relu(x @ w + b), reshaped to [N, 2, 2] with a shape computed from x's
@@ -215,9 +181,9 @@ TEST(OnnxImportTest, AValueComputedFromInputsNamesThoseInputs) {
   add_node(g, "Abs", {"shape"}, {"positive"});
   add_node(g, "Reshape", {"x", "positive"}, {"y"});
   g.add_output()->set_name("y");
-  testing::expect_error([&] { import_onnx(bytes_of(m), "reshape.onnx"); },
-                        {"shape (input 1) must be known at import",
-                         "inputs the import needs as values: 'shape'"});
+  testing::expect_error(
+      [&] { import_onnx(bytes_of(m), "reshape.onnx"); },
+      {"shape (input 1) must be known at import", "inputs the import needs as values: 'shape'"});
   OnnxImportOptions options;
   options.known_inputs["shape"] = Tensor::from_vector<int64_t>({-3, -2}, Shape{2});
   const LoadedModel model = import_onnx(bytes_of(m), "reshape.onnx", options);
