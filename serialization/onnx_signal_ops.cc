@@ -1,15 +1,23 @@
-// ONNX's signal-processing generators: HannWindow, HammingWindow,
-// BlackmanWindow and MelWeightMatrix.
+// ONNX's signal processing: the generators HannWindow, HammingWindow,
+// BlackmanWindow and MelWeightMatrix, and the transforms DFT and STFT.
 //
-// Their outputs' shapes are their inputs' values, so those must be known at
-// import (constants, or inputs bound with OnnxImportOptions::known_inputs);
-// the outputs are then constants, computed here in double precision and
-// cast to the requested dtype, as ONNX's reference computes them.
+// The generators' output shapes are their inputs' values, so those must be
+// known at import (constants, or inputs bound with
+// OnnxImportOptions::known_inputs); the outputs are then constants,
+// computed here in double precision and cast to the requested dtype, as
+// ONNX's reference computes them.
+//
+// A DFT of length N is two matrix products with constant [N, K] cosine and
+// sine matrices: O(N K) work per signal, against a fast transform's
+// O(N log N), which for the short frames of audio front ends (a few hundred
+// points) runs on the matmul kernel at full speed.
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/known_ops.h"
 #include "serialization/onnx_convert.h"
 #include "serialization/onnx_file.h"
 
@@ -107,6 +115,170 @@ void convert_mel_weight_matrix(Node& n) {
   n.set_output(0, host_constant(n, w, Shape{bins, mels}, output_datatype(n)));
 }
 
+// A complex signal as its real and imaginary parts, each of x's shape less
+// the last axis (of size 1: real, or 2: complex; a missing imaginary part is
+// nothing).
+struct Complex {
+  OnnxValue re;
+  std::optional<OnnxValue> im;
+};
+
+Complex parts_of(Node& n, const OnnxValue& x) {
+  const Shape s = n.meta(x).shape;
+  const int64_t last = s.rank() - 1;
+  if (last < 1 || (s[int(last)] != 1 && s[int(last)] != 2)) {
+    n.refuse(str_cat("the signal's last axis must hold 1 (real) or 2 (complex) values, shape ",
+                     s.to_string()));
+  }
+  Ints dims = dims_of(s);
+  dims.pop_back();
+  auto part = [&](int64_t k) {
+    return reshape(n,
+                   n.op(kernels::slice_op(),
+                        {{"axis", last}, {"begin", k}, {"end", k + 1}, {"step", int64_t{1}}}, {x}),
+                   dims);
+  };
+  if (s[int(last)] == 1) return {part(0), std::nullopt};
+  return {part(0), part(1)};
+}
+
+// [..., re/im] from the two parts.
+OnnxValue complex_of(Node& n, const OnnxValue& re, const OnnxValue& im) {
+  Ints dims = dims_of(n.meta(re).shape);
+  dims.push_back(1);
+  return n.op(kernels::concat_op(), {{"axis", int64_t(dims.size() - 1)}},
+              {reshape(n, re, dims), reshape(n, im, dims)});
+}
+
+// `v` cut or zero-padded to `length` along `axis`.
+OnnxValue fitted(Node& n, const OnnxValue& v, int64_t axis, int64_t length) {
+  const Shape s = n.meta(v).shape;
+  const int64_t have = s[int(axis)];
+  if (have > length) {
+    return n.op(kernels::slice_op(),
+                {{"axis", axis}, {"begin", int64_t{0}}, {"end", length}, {"step", int64_t{1}}},
+                {v});
+  }
+  if (have == length) return v;
+  Ints pads(size_t(2 * s.rank()), 0);
+  pads[size_t(2 * axis + 1)] = length - have;
+  return n.op(kernels::pad_op(), {{"pads", pads}, {"value", 0.0}}, {v});
+}
+
+// The DFT of the signal along `axis` of its parts: X[k] = sum_n x[n]
+// e^(-+2 pi i k n / N), scaled by 1 / N when inverse; K = N / 2 + 1
+// outputs when onesided, else N.
+OnnxValue dft(Node& n, Complex x, int64_t axis, int64_t length, bool inverse, bool onesided) {
+  if (length < 1) n.refuse(str_cat("the DFT length is ", length));
+  const int64_t outputs = onesided ? length / 2 + 1 : length;
+  check_host_count(n, checked_mul(length, outputs, "the DFT matrix"), "the DFT matrix");
+  const DType dtype = n.meta(x.re).dtype;
+  if (!is_floating_point(dtype)) n.refuse("the signal must be a float tensor");
+  const int64_t rank = n.meta(x.re).shape.rank();
+  // The signal axis last, as the rows of the matrices [N, K].
+  Ints perm;
+  for (int64_t a = 0; a < rank; ++a) {
+    if (a != axis) perm.push_back(a);
+  }
+  perm.push_back(axis);
+  Ints back(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) back[size_t(perm[i])] = int64_t(i);
+  auto to_last = [&](const OnnxValue& v) {
+    return n.op(kernels::transpose_op(), {{"perm", perm}}, {fitted(n, v, axis, length)});
+  };
+  std::vector<double> cosine(size_t(length * outputs)), sine(cosine.size());
+  const double scale = inverse ? 1.0 / double(length) : 1.0;
+  for (int64_t t = 0; t < length; ++t) {
+    for (int64_t k = 0; k < outputs; ++k) {
+      // (t k) mod N keeps the angle small, so that large N lose nothing.
+      const double angle = 2 * std::numbers::pi * double((t * k) % length) / double(length);
+      cosine[size_t(t * outputs + k)] = scale * std::cos(angle);
+      sine[size_t(t * outputs + k)] = scale * std::sin(angle);
+    }
+  }
+  const OnnxValue c = host_constant(n, cosine, Shape{length, outputs}, dtype);
+  const OnnxValue s = host_constant(n, sine, Shape{length, outputs}, dtype);
+  auto times = [&](const OnnxValue& v, const OnnxValue& m) {
+    return n.op(kernels::matmul_op(), {}, {v, m});
+  };
+  // Forward: (a + ib)(cos - i sin) = a cos + b sin + i (b cos - a sin);
+  // inverse: (a + ib)(cos + i sin) = a cos - b sin + i (b cos + a sin).
+  const OnnxValue a = to_last(x.re);
+  OnnxValue re = times(a, c), im = times(a, s);
+  if (!inverse) im = ew1<ew::Neg>(n, im);
+  if (x.im) {
+    const OnnxValue b = to_last(*x.im);
+    re = inverse ? ew2<ew::Sub>(n, re, times(b, s)) : ew2<ew::Add>(n, re, times(b, s));
+    im = ew2<ew::Add>(n, im, times(b, c));
+  }
+  auto from_last = [&](const OnnxValue& v) {
+    return n.op(kernels::transpose_op(), {{"perm", back}}, {v});
+  };
+  return complex_of(n, from_last(re), from_last(im));
+}
+
+void convert_dft(Node& n) {
+  if (n.opset() >= 20) n.refuse("DFT of opset 20 (axis as an input) is not supported");
+  const OnnxValue x = n.input(0);
+  const int64_t rank = n.shape(0).rank();
+  // The axis counts x's axes; the last holds re/im and cannot be one.
+  const int64_t axis = normalize_axis(n, n.attr_int("axis", 1), rank);
+  if (axis == rank - 1) n.refuse("axis is the re/im axis");
+  const bool inverse = n.attr_int("inverse", 0) != 0, onesided = n.attr_int("onesided", 0) != 0;
+  const Complex parts = parts_of(n, x);
+  if (onesided && (inverse || parts.im)) {
+    n.refuse("onesided applies to the forward DFT of a real signal only");
+  }
+  const int64_t length = n.has_input(1) ? known_count(n, 1, "dft_length") : n.shape(0)[int(axis)];
+  n.set_output(0, dft(n, parts, axis, length, inverse, onesided));
+}
+
+// Frames of frame_length values every frame_step values, each multiplied by
+// the window and transformed: [batch, frames, bins, 2].
+void convert_stft(Node& n) {
+  const OnnxValue signal = n.input(0);
+  const Shape s = n.shape(0);
+  if (s.rank() != 3)
+    n.refuse(str_cat("the signal must be [batch, length, 1 or 2], not ", s.to_string()));
+  const int64_t step = known_count(n, 1, "frame_step");
+  if (step == 0) n.refuse("frame_step is 0");
+  std::optional<OnnxValue> window;
+  if (n.has_input(2)) window = n.input(2);
+  int64_t length = 0;
+  if (n.has_input(3)) {
+    length = known_count(n, 3, "frame_length");
+    if (window && n.meta(*window).shape != Shape{length}) {
+      n.refuse("the window's length is not frame_length");
+    }
+  } else if (window) {
+    if (n.meta(*window).shape.rank() != 1) n.refuse("the window must be 1-D");
+    length = n.meta(*window).shape[0];
+  } else {
+    n.refuse("neither a window nor frame_length gives the frame length");
+  }
+  if (length < 1 || length > s[1]) {
+    n.refuse(str_cat("frame length ", length, " does not fit a signal of ", s[1]));
+  }
+  const int64_t frames = (s[1] - length) / step + 1;
+  check_host_count(n, checked_mul(frames, length, "the frames"), "the frames");
+  Ints starts;
+  for (int64_t f = 0; f < frames; ++f) {
+    for (int64_t t = 0; t < length; ++t) starts.push_back(f * step + t);
+  }
+  // [batch, frames, length, 1 or 2]
+  OnnxValue framed =
+      n.op(kernels::take_op(), {{"axis", int64_t{1}}},
+           {signal, n.constant(Tensor::from_vector<int64_t>(starts, Shape{frames, length}))});
+  if (window) {
+    framed = ew2<ew::Mul>(n, framed,
+                          reshape(n, cast(n, *window, n.meta(framed).dtype), {1, 1, length, 1}));
+  }
+  const Complex parts = parts_of(n, framed);
+  const bool onesided = n.attr_int("onesided", 1) != 0;
+  if (onesided && parts.im) n.refuse("onesided applies to a real signal only");
+  n.set_output(0, dft(n, parts, 2, length, false, onesided));
+}
+
 }  // namespace
 
 void add_signal_converters(ConverterTable& table) {
@@ -115,6 +287,8 @@ void add_signal_converters(ConverterTable& table) {
       {"HammingWindow", [](Node& n) { convert_window(n, WindowKind::kHamming); }},
       {"BlackmanWindow", [](Node& n) { convert_window(n, WindowKind::kBlackman); }},
       {"MelWeightMatrix", convert_mel_weight_matrix},
+      {"DFT", convert_dft},
+      {"STFT", convert_stft},
   });
 }
 
