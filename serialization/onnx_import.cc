@@ -28,6 +28,11 @@ namespace serialization {
 inline constexpr int kOldestOnnxOpset = 1;
 inline constexpr int kNewestOnnxOpset = 17;
 
+// The preview training domain (optimizer update rules), at its only
+// version.
+inline constexpr std::string_view kTrainingDomain = "ai.onnx.preview.training";
+inline constexpr int kTrainingOpset = 1;
+
 // The largest value the importer computes itself (what a graph computes
 // from constants only), in bytes.
 inline constexpr uint64_t kMaxOnnxImportConstantBytes = uint64_t{256} << 20;
@@ -61,7 +66,8 @@ struct OnnxModel {
   std::string name;
   OnnxFileContext file;
   onnx::ModelProto proto;
-  int opset = 0;
+  int opset = 0;           // Of the standard domain; 0 when the file imports none.
+  int training_opset = 0;  // Of kTrainingDomain; 0 when the file imports none.
   std::vector<OnnxDataInput> inputs;
   std::vector<std::pair<std::string, Tensor>> initializers;  // Known inputs too.
 };
@@ -128,14 +134,19 @@ class OnnxGraphBuilder {
   friend class OnnxNodeBuilder;
 
   void convert(const onnx::NodeProto& node) {
-    current_ = str_cat("node '", node.name(), "' (", node.op_type(), ", opset ", model_.opset, ")");
+    const bool training = node.domain() == kTrainingDomain;
+    const int opset = training ? model_.training_opset : model_.opset;
+    current_ = str_cat("node '", node.name(), "' (", node.op_type(), ", ",
+                       training ? "training " : "", "opset ", opset, ")");
     try {
-      if (!node.domain().empty() && node.domain() != "ai.onnx") {
+      if (!training && !node.domain().empty() && node.domain() != "ai.onnx") {
         throw OnnxRefusal{str_cat("domain '", node.domain(), "' is not ONNX's standard domain")};
       }
-      const OnnxConverter converter = find_onnx_converter(node.op_type());
+      if (opset == 0) throw OnnxRefusal{"the file imports no opset of the node's domain"};
+      const OnnxConverter converter = training ? find_onnx_training_converter(node.op_type())
+                                               : find_onnx_converter(node.op_type());
       if (converter == nullptr) throw OnnxRefusal{"Tandem has no conversion for this op type"};
-      OnnxNodeBuilder builder(*this, node, model_.opset);
+      OnnxNodeBuilder builder(*this, node, opset);
       converter(builder);
       for (int i = 0; i < node.output_size(); ++i) {
         if (!node.output(i).empty() && !values_.contains(node.output(i))) {
@@ -403,14 +414,22 @@ OnnxModel read_model(absl::Span<const uint8_t> bytes, std::string display_name, 
     throw Error(str_cat("ONNX file '", display_name, "': ", why...));
   };
   for (const onnx::OperatorSetIdProto& set : model.proto.opset_import()) {
-    if (set.domain().empty() || set.domain() == "ai.onnx") {
-      model.opset = static_cast<int>(std::clamp<int64_t>(set.version(), 0, 1 << 20));
+    const int version = static_cast<int>(std::clamp<int64_t>(set.version(), 0, 1 << 20));
+    if (set.domain().empty() || set.domain() == "ai.onnx") model.opset = version;
+    if (set.domain() == kTrainingDomain) {
+      if (version != kTrainingOpset) {
+        fail("opset ", version, " of ", kTrainingDomain, " is not the one Tandem reads (",
+             kTrainingOpset, ")");
+      }
+      model.training_opset = version;
     }
   }
   // Files older than IR version 3 list no opsets: they are opset 1.
   if (model.opset == 0 && model.proto.ir_version() < 3) model.opset = 1;
-  if (model.opset == 0) fail("imports no opset of ONNX's standard domain");
-  if (model.opset < kOldestOnnxOpset || model.opset > kNewestOnnxOpset) {
+  if (model.opset == 0 && model.training_opset == 0) {
+    fail("imports no opset of ONNX's standard domain");
+  }
+  if (model.opset != 0 && (model.opset < kOldestOnnxOpset || model.opset > kNewestOnnxOpset)) {
     fail("opset ", model.opset, " is outside the opsets Tandem reads (", kOldestOnnxOpset, " to ",
          kNewestOnnxOpset, ")");
   }

@@ -2020,4 +2020,14 @@ OnnxConverter find_onnx_converter(std::string_view op_type) {
   return it == onnx_convert::converters().end() ? nullptr : it->second;
 }
 
+OnnxConverter find_onnx_training_converter(std::string_view op_type) {
+  static const onnx_convert::ConverterTable* table = [] {
+    auto* t = new onnx_convert::ConverterTable;
+    onnx_convert::add_training_converters(*t);
+    return t;
+  }();
+  auto it = table->find(op_type);
+  return it == table->end() ? nullptr : it->second;
+}
+
 }  // namespace tandem::serialization

@@ -124,5 +124,7 @@ class OnnxNodeBuilder {
 // The converter of an ONNX op type of the standard domain, or null.
 using OnnxConverter = void (*)(OnnxNodeBuilder& node);
 OnnxConverter find_onnx_converter(std::string_view op_type);
+// The converter of an op type of ai.onnx.preview.training, or null.
+OnnxConverter find_onnx_training_converter(std::string_view op_type);
 
 }  // namespace tandem::serialization

@@ -221,8 +221,24 @@ std::optional<std::map<std::string, Tensor>> first_set_values(const fs::path& di
 // values (a Reshape's shape given as an input), with those bound at import
 // to each data set's values (OnnxImportOptions::known_inputs): "pass" or
 // "pass-bound".
+// Cases whose expected outputs contradict their own model, checked with
+// ONNX's reference implementation (onnx.reference): counted as refused,
+// with the reason.
+const std::map<std::string, std::string>& contradicted_cases() {
+  static const auto* cases = new std::map<std::string, std::string>{
+      {"test_adam_multiple",
+       "the expected outputs were computed with epsilon 1e-2, but the model leaves epsilon at "
+       "its default, 1e-6 (ONNX's reference implementation gives Tandem's answer)"},
+  };
+  return *cases;
+}
+
 Result run_case(const fs::path& dir) {
   const fs::path model_path = dir / "model.onnx";
+  if (auto bad = contradicted_cases().find(dir.filename().string());
+      bad != contradicted_cases().end()) {
+    return {Outcome::kRefused, str_cat("test data: ", bad->second)};
+  }
   // An import stops at a node's first missing value: bind what it names,
   // then try again (with zeros: only which inputs are needed matters here).
   const Signature signature = signature_of(model_path);

@@ -10,12 +10,14 @@
 
 namespace tandem::testing {
 
-// A float input whose dimensions are sizes or, as strings, free names.
+// A float input whose dimensions are sizes or, as strings, free names (none:
+// a scalar).
 inline void add_input(onnx::GraphProto& g, const std::string& name, std::vector<std::string> dims) {
   onnx::ValueInfoProto* input = g.add_input();
   input->set_name(name);
   auto* type = input->mutable_type()->mutable_tensor_type();
   type->set_elem_type(onnx::TensorProto_DataType_FLOAT);
+  type->mutable_shape();
   for (const std::string& d : dims) {
     auto* dim = type->mutable_shape()->add_dim();
     if (std::isdigit(static_cast<unsigned char>(d[0]))) {
