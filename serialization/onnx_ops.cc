@@ -2005,6 +2005,7 @@ const ConverterTable& converters() {
     add_quantized_converters(*t);
     add_signal_converters(*t);
     add_einsum_converter(*t);
+    add_grid_sample_converter(*t);
     return t;
   }();
   return *table;
