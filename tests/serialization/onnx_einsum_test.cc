@@ -123,11 +123,7 @@ TEST(OnnxEinsumTest, MatchesSummingEveryAssignment) {
       values.push_back(v);
       inputs.push_back(Tensor::from_vector<float>(v, Shape(c.shapes[i])));
     }
-    onnx::NodeProto* node = testing::add_node(g, "Einsum", names, {"y"});
-    onnx::AttributeProto* equation = node->add_attribute();
-    equation->set_name("equation");
-    equation->set_type(onnx::AttributeProto_AttributeType_STRING);
-    equation->set_s(c.equation);
+    testing::set_attribute(testing::add_node(g, "Einsum", names, {"y"}), "equation", c.equation);
     g.add_output()->set_name("y");
     const LoadedModel model = import_onnx(testing::bytes_of(m), "einsum.onnx");
     const Tensor y = model.run(inputs).at(0);
@@ -150,11 +146,7 @@ TEST(OnnxEinsumTest, BadEquationsAreRefused) {
     onnx::ModelProto m = testing::model_with_opset(12);
     onnx::GraphProto& g = *m.mutable_graph();
     testing::add_input(g, "x", {"3", "4"});
-    onnx::NodeProto* node = testing::add_node(g, "Einsum", {"x"}, {"y"});
-    onnx::AttributeProto* attr = node->add_attribute();
-    attr->set_name("equation");
-    attr->set_type(onnx::AttributeProto_AttributeType_STRING);
-    attr->set_s(equation);
+    testing::set_attribute(testing::add_node(g, "Einsum", {"x"}, {"y"}), "equation", equation);
     g.add_output()->set_name("y");
     try {
       import_onnx(testing::bytes_of(m), "einsum.onnx");

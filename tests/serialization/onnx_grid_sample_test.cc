@@ -92,13 +92,6 @@ struct Reference {
   }
 };
 
-void set_attr(onnx::NodeProto* node, const std::string& name, const std::string& value) {
-  onnx::AttributeProto* a = node->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_STRING);
-  a->set_s(value);
-}
-
 TEST(OnnxGridSampleTest, MatchesItsDefinitionPointByPoint) {
   const int64_t n = 2, c = 3, h = 4, w = 5, ho = 3, wo = 6;
   std::mt19937 rng(11);
@@ -115,12 +108,9 @@ TEST(OnnxGridSampleTest, MatchesItsDefinitionPointByPoint) {
         testing::add_input(g, "X", {str_cat(n), str_cat(c), str_cat(h), str_cat(w)});
         testing::add_input(g, "grid", {str_cat(n), str_cat(ho), str_cat(wo), "2"});
         onnx::NodeProto* node = testing::add_node(g, "GridSample", {"X", "grid"}, {"Y"});
-        set_attr(node, "mode", mode);
-        set_attr(node, "padding_mode", padding);
-        onnx::AttributeProto* a = node->add_attribute();
-        a->set_name("align_corners");
-        a->set_type(onnx::AttributeProto_AttributeType_INT);
-        a->set_i(corners);
+        testing::set_attribute(node, "mode", mode);
+        testing::set_attribute(node, "padding_mode", padding);
+        testing::set_attribute(node, "align_corners", int64_t{corners});
         g.add_output()->set_name("Y");
         const Tensor y = import_onnx(testing::bytes_of(m), "grid_sample.onnx")
                              .run({Tensor::from_vector<float>(x, Shape{n, c, h, w}),

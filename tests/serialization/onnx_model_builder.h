@@ -39,6 +39,27 @@ inline onnx::NodeProto* add_node(onnx::GraphProto& g, const std::string& op,
   return node;
 }
 
+// Sets an attribute of `node`.
+inline void set_attribute(onnx::NodeProto* node, const std::string& name, int64_t value) {
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_INT);
+  a->set_i(value);
+}
+inline void set_attribute(onnx::NodeProto* node, const std::string& name, float value) {
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_FLOAT);
+  a->set_f(value);
+}
+inline void set_attribute(onnx::NodeProto* node, const std::string& name,
+                          const std::string& value) {
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_STRING);
+  a->set_s(value);
+}
+
 inline onnx::ModelProto model_with_opset(int opset) {
   onnx::ModelProto m;
   m.set_ir_version(8);

@@ -19,13 +19,6 @@
 namespace tandem {
 namespace {
 
-void add_int_attr(onnx::NodeProto* node, const std::string& name, int64_t value) {
-  onnx::AttributeProto* a = node->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INT);
-  a->set_i(value);
-}
-
 struct DftCase {
   int64_t batch, length, channels;  // x: [batch, length, channels] along axis 1.
   int64_t dft_length;               // 0: the signal's length.
@@ -57,8 +50,8 @@ TEST(OnnxSignalTest, DftMatchesItsDefinition) {
       inputs.push_back("n");
     }
     onnx::NodeProto* node = testing::add_node(g, "DFT", inputs, {"y"});
-    add_int_attr(node, "inverse", c.inverse);
-    add_int_attr(node, "onesided", c.onesided);
+    testing::set_attribute(node, "inverse", int64_t{c.inverse});
+    testing::set_attribute(node, "onesided", int64_t{c.onesided});
     g.add_output()->set_name("y");
     std::vector<float> x(size_t(c.batch * c.length * c.channels));
     for (float& e : x) e = uniform(rng);

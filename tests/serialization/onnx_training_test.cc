@@ -44,13 +44,6 @@ onnx::ModelProto training_model(const std::string& op, const std::vector<std::st
   return m;
 }
 
-void set_float(onnx::NodeProto* node, const std::string& name, float value) {
-  onnx::AttributeProto* a = node->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_FLOAT);
-  a->set_f(value);
-}
-
 const std::vector<float> kX = {1, -2, 0.5f}, kG = {-1, 3, 0.25f}, kV = {2, 1, -1},
                          kH = {0.5f, 1, 10};
 
@@ -67,11 +60,11 @@ TEST(OnnxTrainingTest, AdamFollowsItsUpdateRule) {
   onnx::ModelProto m = training_model("Adam", {"V", "H"});
   onnx::NodeProto* node = m.mutable_graph()->mutable_node(0);
   const double alpha = 0.95, beta = 0.85, eps = 1e-3, norm = 0.01, post = 0.1;
-  set_float(node, "alpha", alpha);
-  set_float(node, "beta", beta);
-  set_float(node, "epsilon", eps);
-  set_float(node, "norm_coefficient", norm);
-  set_float(node, "norm_coefficient_post", post);
+  testing::set_attribute(node, "alpha", float(alpha));
+  testing::set_attribute(node, "beta", float(beta));
+  testing::set_attribute(node, "epsilon", float(eps));
+  testing::set_attribute(node, "norm_coefficient", float(norm));
+  testing::set_attribute(node, "norm_coefficient_post", float(post));
   const LoadedModel model = import_onnx(testing::bytes_of(m), "adam.onnx");
   for (int64_t step : {0, 3}) {
     SCOPED_TRACE(str_cat("T = ", step));
@@ -95,13 +88,10 @@ TEST(OnnxTrainingTest, MomentumFollowsItsUpdateRule) {
     onnx::ModelProto m = training_model("Momentum", {"V"});
     onnx::NodeProto* node = m.mutable_graph()->mutable_node(0);
     const double alpha = 0.9, beta = 0.5, norm = 0.01;
-    set_float(node, "alpha", alpha);
-    set_float(node, "beta", beta);
-    set_float(node, "norm_coefficient", norm);
-    onnx::AttributeProto* a = node->add_attribute();
-    a->set_name("mode");
-    a->set_type(onnx::AttributeProto_AttributeType_STRING);
-    a->set_s(mode);
+    testing::set_attribute(node, "alpha", float(alpha));
+    testing::set_attribute(node, "beta", float(beta));
+    testing::set_attribute(node, "norm_coefficient", float(norm));
+    testing::set_attribute(node, "mode", mode);
     const LoadedModel model = import_onnx(testing::bytes_of(m), "momentum.onnx");
     for (int64_t step : {0, 4}) {
       SCOPED_TRACE(str_cat(mode, ", T = ", step));
