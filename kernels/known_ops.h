@@ -59,6 +59,7 @@ const OpDef& batch_norm_op();
 const OpDef& matmul_op();
 const OpDef& conv_transpose2d_op();
 const OpDef& max_pool2d_op();
+const OpDef& max_pool2d_indices_op();
 const OpDef& avg_pool2d_op();
 const OpDef& layer_norm_op();
 // kernels/ops/softmax_loss.cc

@@ -1131,12 +1131,47 @@ int64_t pooled(int64_t size, int64_t pads, int64_t kernel, int64_t stride, int64
   return out;
 }
 
+// MaxPool's Indices: where in x, flattened, each window's maximum is (the
+// plane's row-major index, or column-major with storage_order = 1, plus
+// the plane's offset), from the index of the maximum in its plane.
+OnnxValue max_pool_indices(Node& n, const OnnxValue& x, const Window& w) {
+  const bool within_half_windows = [&] {
+    for (int i = 0; i < w.spatial; ++i) {
+      if (2 * w.pads_begin[size_t(i)] > w.kernel[size_t(i)]) return false;
+    }
+    return true;
+  }();
+  if (w.spatial != 2 || !w.symmetric() || !within_half_windows) {
+    n.refuse("the Indices output needs a 2-D window padded evenly by at most half a window");
+  }
+  const Shape xs = n.meta(x).shape;
+  const OnnxValue plane = n.op(kernels::max_pool2d_indices_op(),
+                               {{"kernel", w.kernel},
+                                {"stride", w.strides},
+                                {"padding", w.pads_begin},
+                                {"dilation", w.dilations}},
+                               {x});
+  OnnxValue at = plane;
+  if (n.attr_int("storage_order", 0) != 0) {
+    const OnnxValue row = ew2<ew::Div>(n, plane, scalar_like(n, plane, double(xs[3])));
+    const OnnxValue column =
+        ew2<ew::Sub>(n, plane, ew2<ew::Mul>(n, row, scalar_like(n, plane, double(xs[3]))));
+    at = ew2<ew::Add>(n, ew2<ew::Mul>(n, column, scalar_like(n, plane, double(xs[2]))), row);
+  }
+  const int64_t planes = checked_mul(xs[0], xs[1], "the planes");
+  check_host_count(n, planes, "the planes' offsets");
+  const int64_t plane_size = checked_mul(xs[2], xs[3], "a plane");
+  Ints offsets;
+  for (int64_t p = 0; p < planes; ++p) offsets.push_back(checked_mul(p, plane_size, "an offset"));
+  return ew2<ew::Add>(n, at,
+                      n.constant(Tensor::from_vector<int64_t>(offsets, Shape{xs[0], xs[1], 1, 1})));
+}
+
 void convert_pool(Node& n, bool max) {
   const Shape xs = n.shape(0);
   const std::optional<Ints> kernel = n.attr_ints("kernel_shape");
   if (!kernel) n.refuse("kernel_shape is required");
   Window w = window_of(n, xs, *kernel);
-  if (n.wants_output(1)) n.refuse("the Indices output is not supported");
   if (!max && w.dilations != Ints(size_t(w.spatial), 1)) n.refuse("dilated AveragePool");
   bool include_pad = max || n.attr_int("count_include_pad", 0) != 0;
   if (n.attr_int("ceil_mode", 0) != 0) {
@@ -1158,7 +1193,11 @@ void convert_pool(Node& n, bool max) {
   }
   const Ints no_pads(size_t(w.spatial), 0);
   const bool padded = w.pads_begin != no_pads || w.pads_end != no_pads;
-  OnnxValue x = n.input(0);
+  // Integers pool in float64, which holds every uint8 and int32 exactly.
+  const DType dtype = n.dtype(0);
+  OnnxValue x = max && (dtype == DType::kUInt8 || dtype == DType::kInt32)
+                    ? cast(n, n.input(0), DType::kFloat64)
+                    : n.input(0);
   const double fill = max ? -std::numeric_limits<double>::infinity() : 0.0;
   auto pool = [&](OnnxValue v, Window win, double pad_value) {
     // Tandem's pools pad at most half a window, symmetrically; ONNX's may
@@ -1210,7 +1249,8 @@ void convert_pool(Node& n, bool max) {
     share.from_sizes = true;
     y = ew2<ew::Div>(n, y, share);
   }
-  n.set_output(0, y);
+  n.set_output(0, cast(n, y, dtype));
+  if (n.wants_output(1)) n.set_output(1, max_pool_indices(n, x, w));
 }
 
 void convert_global_pool(Node& n, bool max) {
@@ -2006,6 +2046,7 @@ const ConverterTable& converters() {
     add_signal_converters(*t);
     add_einsum_converter(*t);
     add_grid_sample_converter(*t);
+    add_index_converters(*t);
     return t;
   }();
   return *table;

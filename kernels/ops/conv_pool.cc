@@ -999,6 +999,7 @@ std::vector<AttrSpec> plus(std::vector<AttrSpec> attrs, const char* shape_name) 
 const OpDef& conv2d_op() { return op_def<"conv2d">(); }
 const OpDef& conv_transpose2d_op() { return op_def<"conv_transpose2d">(); }
 const OpDef& max_pool2d_op() { return op_def<"max_pool2d">(); }
+const OpDef& max_pool2d_indices_op() { return op_def<"max_pool2d_indices">(); }
 const OpDef& avg_pool2d_op() { return op_def<"avg_pool2d">(); }
 
 // A table, one registry.add per op, each entry its op's whole definition:
