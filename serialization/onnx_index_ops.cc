@@ -1,7 +1,8 @@
 // ONNX ops that move elements to positions computed from index data:
 // ReverseSequence (a gather along time) and MaxUnpool (a scatter into
 // zeros), both on Tandem's gather and scatter ops with index tensors built
-// in the graph, so they follow the index data at every run.
+// in the graph, so they follow the index data at every run; and Compress,
+// whose condition decides the output's size and so must be known.
 #include <vector>
 
 #include "core/error.h"
@@ -98,10 +99,41 @@ void convert_max_unpool(Node& n) {
   n.set_output(0, reshape(n, y, out));
 }
 
+// Compress: the slices along `axis` (of the flattened input without one)
+// whose condition is true. The condition must be known at import: its true
+// positions fix the output's size, which Tandem's graphs hold static; the
+// input itself may change from run to run.
+void convert_compress(Node& n) {
+  OnnxValue x = n.input(0);
+  int64_t axis = 0;
+  if (n.attr("axis") != nullptr) {
+    axis = normalize_axis(n, n.attr_int("axis", 0), n.shape(0).rank());
+  } else {
+    x = reshape(n, x, {n.shape(0).numel()});
+  }
+  const Tensor condition = n.known(1, "condition");
+  if (condition.shape().rank() != 1) n.refuse("condition must be 1-D");
+  const int64_t size = n.meta(x).shape[int(axis)];
+  if (condition.numel() > size) {
+    n.refuse(str_cat("condition has ", condition.numel(), " values for an axis of ", size));
+  }
+  const std::vector<int64_t> flags =
+      kernels::call1(kernels::cast_op(), {condition}, {{"dtype", DType::kInt64}}, {})
+          .to_vector<int64_t>();
+  Ints kept;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] != 0) kept.push_back(int64_t(i));
+  }
+  n.set_output(0, n.op(kernels::take_op(), {{"axis", axis}},
+                       {x, n.constant(Tensor::from_vector<int64_t>(
+                               kept, Shape{static_cast<int64_t>(kept.size())}))}));
+}
+
 }  // namespace
 
 void add_index_converters(ConverterTable& table) {
   table.insert({
+      {"Compress", convert_compress},
       {"ReverseSequence", convert_reverse_sequence},
       {"MaxUnpool", convert_max_unpool},
   });

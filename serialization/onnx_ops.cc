@@ -109,6 +109,26 @@ void convert_mod(Node& n) {
   n.set_output(0, cast(n, r, n.dtype(0)));
 }
 
+// x << y and x >> y of uint8 (Tandem's only unsigned integers) in int64:
+// x * 2^y modulo 256, or x / 2^y; a shift by 8 or more leaves 0.
+void convert_bit_shift(Node& n) {
+  if (n.dtype(0) != DType::kUInt8 || n.dtype(1) != DType::kUInt8)
+    n.refuse("operands must be uint8");
+  const std::string direction = n.attr_string("direction", "");
+  if (direction != "LEFT" && direction != "RIGHT") n.refuse(str_cat("direction '", direction, "'"));
+  const OnnxValue x = cast(n, n.input(0), DType::kInt64);
+  const OnnxValue y =
+      ew2<ew::Minimum>(n, cast(n, n.input(1), DType::kInt64), n.scalar(8, DType::kInt64));
+  const OnnxValue scale = ew2<ew::Pow>(n, n.scalar(2, DType::kInt64), y);
+  OnnxValue r = ew2<ew::Div>(n, x, scale);
+  if (direction == "LEFT") {
+    const OnnxValue wide = ew2<ew::Mul>(n, x, scale);
+    const OnnxValue byte = n.scalar(256, DType::kInt64);
+    r = ew2<ew::Sub>(n, wide, ew2<ew::Mul>(n, ew2<ew::Div>(n, wide, byte), byte));
+  }
+  n.set_output(0, cast(n, r, DType::kUInt8));
+}
+
 // And, Or, Xor of bools: from the count of true operands.
 void convert_logical(Node& n, int kind) {
   if (n.dtype(0) != DType::kBool || n.dtype(1) != DType::kBool) n.refuse("operands must be bool");
@@ -1950,6 +1970,7 @@ const ConverterTable& converters() {
         {"Div", binary<ew::Div>},
         {"Pow", convert_pow},
         {"Mod", convert_mod},
+        {"BitShift", convert_bit_shift},
         {"Equal", [](Node& n) { comparison(n, kernels::eq_op()); }},
         {"Greater", [](Node& n) { comparison(n, kernels::gt_op()); }},
         {"GreaterOrEqual", [](Node& n) { comparison(n, kernels::ge_op()); }},
