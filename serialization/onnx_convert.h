@@ -64,6 +64,7 @@ void add_signal_converters(ConverterTable& table);
 void add_einsum_converter(ConverterTable& table);
 void add_grid_sample_converter(ConverterTable& table);
 void add_index_converters(ConverterTable& table);
+void add_tfidf_converter(ConverterTable& table);
 // The ops of ai.onnx.preview.training, a table of their own.
 void add_training_converters(ConverterTable& table);
 

@@ -2068,6 +2068,7 @@ const ConverterTable& converters() {
     add_einsum_converter(*t);
     add_grid_sample_converter(*t);
     add_index_converters(*t);
+    add_tfidf_converter(*t);
     return t;
   }();
   return *table;

@@ -46,6 +46,13 @@ inline void set_attribute(onnx::NodeProto* node, const std::string& name, int64_
   a->set_type(onnx::AttributeProto_AttributeType_INT);
   a->set_i(value);
 }
+inline void set_attribute(onnx::NodeProto* node, const std::string& name,
+                          const std::vector<int64_t>& values) {
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_INTS);
+  for (int64_t v : values) a->add_ints(v);
+}
 inline void set_attribute(onnx::NodeProto* node, const std::string& name, float value) {
   onnx::AttributeProto* a = node->add_attribute();
   a->set_name(name);

@@ -17,13 +17,6 @@
 namespace tandem {
 namespace {
 
-void set_ints(onnx::NodeProto* node, const std::string& name, std::vector<int64_t> values) {
-  onnx::AttributeProto* a = node->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (int64_t v : values) a->add_ints(v);
-}
-
 TEST(OnnxUnpoolTest, IndicesPointAtMaximaAndUnpoolPutsThemBack) {
   const int64_t n = 2, c = 3, h = 6, w = 7;
   std::mt19937 rng(5);
@@ -36,14 +29,14 @@ TEST(OnnxUnpoolTest, IndicesPointAtMaximaAndUnpoolPutsThemBack) {
     onnx::GraphProto& g = *m.mutable_graph();
     testing::add_input(g, "x", {str_cat(n), str_cat(c), str_cat(h), str_cat(w)});
     onnx::NodeProto* pool = testing::add_node(g, "MaxPool", {"x"}, {"y", "i"});
-    set_ints(pool, "kernel_shape", {2, 3});
-    set_ints(pool, "strides", {2, 2});
-    set_ints(pool, "pads", {1, 1, 1, 1});
+    testing::set_attribute(pool, "kernel_shape", std::vector<int64_t>{2, 3});
+    testing::set_attribute(pool, "strides", std::vector<int64_t>{2, 2});
+    testing::set_attribute(pool, "pads", std::vector<int64_t>{1, 1, 1, 1});
     testing::set_attribute(pool, "storage_order", order);
     onnx::NodeProto* unpool = testing::add_node(g, "MaxUnpool", {"y", "i"}, {"u"});
-    set_ints(unpool, "kernel_shape", {2, 3});
-    set_ints(unpool, "strides", {2, 2});
-    set_ints(unpool, "pads", {1, 1, 1, 1});
+    testing::set_attribute(unpool, "kernel_shape", std::vector<int64_t>{2, 3});
+    testing::set_attribute(unpool, "strides", std::vector<int64_t>{2, 2});
+    testing::set_attribute(unpool, "pads", std::vector<int64_t>{1, 1, 1, 1});
     for (const char* out : {"y", "i"}) g.add_output()->set_name(out);
     if (order == 0) g.add_output()->set_name("u");
     const std::vector<Tensor> out = import_onnx(testing::bytes_of(m), "unpool.onnx")
