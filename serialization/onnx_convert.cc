@@ -58,4 +58,11 @@ int64_t integral(Node& n, double v, std::string_view what) {
   return int64_t(v);
 }
 
+int64_t known_count(Node& n, size_t i, std::string_view what) {
+  const int64_t v = integral(n, n.known_scalar(i, what), what);
+  if (v < 0) n.refuse(str_cat(what, " is negative (", v, ")"));
+  check_host_count(n, v, what);
+  return v;
+}
+
 }  // namespace tandem::serialization::onnx_convert

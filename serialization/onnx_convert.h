@@ -50,6 +50,9 @@ void check_host_count(Node& n, int64_t count, std::string_view what);
 
 // A double from the file as an integer, refused unless it is one that fits.
 int64_t integral(Node& n, double v, std::string_view what);
+// Input i as a non-negative integer known at import, at most
+// kMaxHostElements.
+int64_t known_count(Node& n, size_t i, std::string_view what);
 
 // ONNX's Conv on x and weight, with the node's attributes (kernel_shape,
 // strides, dilations, pads, auto_pad, group), 1-D to 3-D; no bias adds
@@ -65,6 +68,7 @@ void add_einsum_converter(ConverterTable& table);
 void add_grid_sample_converter(ConverterTable& table);
 void add_index_converters(ConverterTable& table);
 void add_tfidf_converter(ConverterTable& table);
+void add_control_flow_converters(ConverterTable& table);
 // The ops of ai.onnx.preview.training, a table of their own.
 void add_training_converters(ConverterTable& table);
 

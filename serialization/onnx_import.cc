@@ -33,6 +33,12 @@ inline constexpr int kNewestOnnxOpset = 17;
 inline constexpr std::string_view kTrainingDomain = "ai.onnx.preview.training";
 inline constexpr int kTrainingOpset = 1;
 
+// Control-flow bodies nest at most this deep, so that a hostile file cannot
+// exhaust the stack, and an import converts at most this many of them (loops
+// unroll: a body per iteration), so that it cannot take without bound.
+inline constexpr int kMaxOnnxBodyDepth = 16;
+inline constexpr int64_t kMaxOnnxBodiesConverted = int64_t{1} << 16;
+
 // The largest value the importer computes itself (what a graph computes
 // from constants only), in bytes.
 inline constexpr uint64_t kMaxOnnxImportConstantBytes = uint64_t{256} << 20;
@@ -134,25 +140,8 @@ class OnnxGraphBuilder {
   friend class OnnxNodeBuilder;
 
   void convert(const onnx::NodeProto& node) {
-    const bool training = node.domain() == kTrainingDomain;
-    const int opset = training ? model_.training_opset : model_.opset;
-    current_ = str_cat("node '", node.name(), "' (", node.op_type(), ", ",
-                       training ? "training " : "", "opset ", opset, ")");
     try {
-      if (!training && !node.domain().empty() && node.domain() != "ai.onnx") {
-        throw OnnxRefusal{str_cat("domain '", node.domain(), "' is not ONNX's standard domain")};
-      }
-      if (opset == 0) throw OnnxRefusal{"the file imports no opset of the node's domain"};
-      const OnnxConverter converter = training ? find_onnx_training_converter(node.op_type())
-                                               : find_onnx_converter(node.op_type());
-      if (converter == nullptr) throw OnnxRefusal{"Tandem has no conversion for this op type"};
-      OnnxNodeBuilder builder(*this, node, opset);
-      converter(builder);
-      for (int i = 0; i < node.output_size(); ++i) {
-        if (!node.output(i).empty() && !values_.contains(node.output(i))) {
-          throw OnnxRefusal{str_cat("output ", i, " ('", node.output(i), "') is not supported")};
-        }
-      }
+      convert_or_throw(node);
       return;
     } catch (const OnnxSkip&) {
     } catch (const OnnxRefusal& refusal) {
@@ -164,6 +153,96 @@ class OnnxGraphBuilder {
       values_.erase(output);
       poisoned_.insert(output);
     }
+  }
+
+  // Converts one node, or throws why not (OnnxRefusal, Error, or OnnxSkip
+  // when an input was refused before).
+  void convert_or_throw(const onnx::NodeProto& node) {
+    const bool training = node.domain() == kTrainingDomain;
+    const int opset = training ? model_.training_opset : model_.opset;
+    current_ = str_cat("node '", node.name(), "' (", node.op_type(), ", ",
+                       training ? "training " : "", "opset ", opset, ")");
+    if (!training && !node.domain().empty() && node.domain() != "ai.onnx") {
+      throw OnnxRefusal{str_cat("domain '", node.domain(), "' is not ONNX's standard domain")};
+    }
+    if (opset == 0) throw OnnxRefusal{"the file imports no opset of the node's domain"};
+    const OnnxConverter converter = training ? find_onnx_training_converter(node.op_type())
+                                             : find_onnx_converter(node.op_type());
+    if (converter == nullptr) throw OnnxRefusal{"Tandem has no conversion for this op type"};
+    OnnxNodeBuilder builder(*this, node, opset);
+    converter(builder);
+    for (int i = 0; i < node.output_size(); ++i) {
+      if (!node.output(i).empty() && !values_.contains(node.output(i))) {
+        throw OnnxRefusal{str_cat("output ", i, " ('", node.output(i), "') is not supported")};
+      }
+    }
+  }
+
+  // A control-flow node's body, converted in place with `inputs` as its
+  // inputs (Note [Control flow is unrolled] in onnx_control_flow.cc): its
+  // outputs. The names the body defines shadow the enclosing scopes' while
+  // it is converted; a refusal inside refuses the node that owns the body.
+  std::vector<OnnxValue> convert_body(const onnx::GraphProto& body,
+                                      const std::vector<OnnxValue>& inputs) {
+    if (body.input_size() != static_cast<int>(inputs.size())) {
+      throw OnnxRefusal{
+          str_cat("its body takes ", body.input_size(), " inputs, not ", inputs.size())};
+    }
+    if (body_depth_ >= kMaxOnnxBodyDepth) {
+      throw OnnxRefusal{str_cat("bodies nest more than ", kMaxOnnxBodyDepth, " deep")};
+    }
+    if (++bodies_converted_ > kMaxOnnxBodiesConverted) {
+      throw OnnxRefusal{str_cat("the file's control flow unrolls to more than ",
+                                kMaxOnnxBodiesConverted, " bodies")};
+    }
+    std::vector<std::pair<std::string, std::optional<OnnxValue>>> shadowed;
+    auto define = [&](const std::string& name, OnnxValue value) {
+      auto it = values_.find(name);
+      shadowed.emplace_back(name, it == values_.end() ? std::nullopt : std::optional(it->second));
+      values_[name] = std::move(value);
+    };
+    const std::string owner = current_;
+    ++body_depth_;
+    std::vector<OnnxValue> outputs;
+    std::optional<OnnxRefusal> refusal;
+    try {
+      for (int i = 0; i < body.input_size(); ++i) define(body.input(i).name(), inputs[size_t(i)]);
+      for (const onnx::TensorProto& t : body.initializer()) {
+        define(t.name(), OnnxValue::of(tensor_from_onnx(
+                             t, model_.file, str_cat("body initializer '", t.name(), "'"))));
+      }
+      for (const onnx::NodeProto& node : body.node()) {
+        for (const std::string& output : node.output()) {
+          auto it = values_.find(output);
+          shadowed.emplace_back(output,
+                                it == values_.end() ? std::nullopt : std::optional(it->second));
+        }
+        convert_or_throw(node);
+      }
+      for (const onnx::ValueInfoProto& output : body.output()) {
+        auto it = values_.find(output.name());
+        if (it == values_.end()) {
+          throw OnnxRefusal{str_cat("its body's output '", output.name(), "' is not computed")};
+        }
+        outputs.push_back(it->second);
+      }
+    } catch (const OnnxRefusal& r) {
+      refusal = OnnxRefusal{current_ == owner ? r.reason
+                                              : str_cat("in its body, ", current_, ": ", r.reason)};
+    } catch (const Error& e) {
+      refusal = OnnxRefusal{str_cat("in its body, ", current_, ": ", e.message())};
+    }
+    for (auto it = shadowed.rbegin(); it != shadowed.rend(); ++it) {
+      if (it->second) {
+        values_[it->first] = *it->second;
+      } else {
+        values_.erase(it->first);
+      }
+    }
+    --body_depth_;
+    current_ = owner;
+    if (refusal) throw *refusal;
+    return outputs;
   }
 
   // The graph value of `value`, adding a known one as a state input: an
@@ -222,6 +301,8 @@ class OnnxGraphBuilder {
   absl::flat_hash_map<const void*, std::string> initializer_of_;
   absl::flat_hash_map<const void*, trace::ValueId> materialized_;
   int next_constant_ = 0;
+  int body_depth_ = 0;  // Control-flow bodies being converted, one inside another.
+  int64_t bodies_converted_ = 0;
   std::string current_;  // The node being converted, for sources.
   std::vector<std::string> problems_;
 };
@@ -381,6 +462,14 @@ OnnxValue OnnxNodeBuilder::op(const kernels::OpDef& op, const kernels::Attrs& at
                               std::vector<OnnxValue> inputs) {
   std::vector<OnnxValue> outputs = ops(op, attrs, std::move(inputs));
   return std::move(outputs.front());
+}
+
+std::vector<OnnxValue> OnnxNodeBuilder::body(std::string_view name,
+                                             const std::vector<OnnxValue>& inputs) {
+  const onnx::AttributeProto* a = attr(name);
+  if (a == nullptr) refuse(str_cat("attribute '", name, "' is required"));
+  expect_attr_type(*this, *a, onnx::AttributeProto_AttributeType_GRAPH);
+  return graph_.convert_body(a->g(), inputs);
 }
 
 OnnxValue OnnxNodeBuilder::constant(Tensor value, bool from_sizes) const {

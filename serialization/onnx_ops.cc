@@ -2069,6 +2069,7 @@ const ConverterTable& converters() {
     add_grid_sample_converter(*t);
     add_index_converters(*t);
     add_tfidf_converter(*t);
+    add_control_flow_converters(*t);
     return t;
   }();
   return *table;

@@ -106,6 +106,9 @@ class OnnxNodeBuilder {
                              std::vector<OnnxValue> inputs);
   OnnxValue op(const kernels::OpDef& op, const kernels::Attrs& attrs,
                std::vector<OnnxValue> inputs);
+  // The node's graph attribute `name` (a control-flow body) converted in
+  // place with `inputs` as its inputs: its outputs.
+  std::vector<OnnxValue> body(std::string_view name, const std::vector<OnnxValue>& inputs);
   // A known value (`from_sizes` when it is computed from the inputs' sizes).
   OnnxValue constant(Tensor value, bool from_sizes = false) const;
   // A scalar of `dtype`.

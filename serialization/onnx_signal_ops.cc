@@ -33,15 +33,6 @@ DType output_datatype(Node& n) {
   return *dtype;
 }
 
-// A non-negative integer input, known at import, bounded by what the
-// importer computes on the host.
-int64_t known_count(Node& n, size_t i, std::string_view what) {
-  const int64_t v = integral(n, n.known_scalar(i, what), what);
-  if (v < 0) n.refuse(str_cat(what, " is negative (", v, ")"));
-  check_host_count(n, v, what);
-  return v;
-}
-
 OnnxValue host_constant(Node& n, const std::vector<double>& values, Shape shape, DType dtype) {
   return cast(n, n.constant(Tensor::from_vector<double>(values, std::move(shape))), dtype);
 }
