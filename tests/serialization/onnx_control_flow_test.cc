@@ -44,6 +44,19 @@ onnx::TensorProto scalar_initializer(const std::string& name, int32_t type, doub
   return t;
 }
 
+// A Loop body's inputs: the iteration number, the condition, and one
+// float state s of `size`.
+onnx::GraphProto loop_body(const std::string& size) {
+  onnx::GraphProto body;
+  body.set_name("body");
+  add_input(body, "i", {});
+  set_type(body, 0, onnx::TensorProto_DataType_INT64);
+  add_input(body, "cond", {});
+  set_type(body, 1, onnx::TensorProto_DataType_BOOL);
+  add_input(body, "s", {size});
+  return body;
+}
+
 TEST(OnnxControlFlowTest, IfWithAConditionComputedAsTheModelRunsComputesBothBranches) {
   // y = x > 0 summed ? x + x : x * x, the branches reading x from outside;
   // the else branch names its result like the graph's own output.
@@ -83,13 +96,7 @@ TEST(OnnxControlFlowTest, LoopCarriesStateAndStacksScanOutputs) {
   add_input(g, "s0", {"3"});
   *g.add_initializer() = scalar_initializer("trips", onnx::TensorProto_DataType_INT64, 4);
   *g.add_initializer() = scalar_initializer("go", onnx::TensorProto_DataType_BOOL, 1);
-  onnx::GraphProto body;
-  body.set_name("body");
-  add_input(body, "i", {});
-  set_type(body, 0, onnx::TensorProto_DataType_INT64);
-  add_input(body, "cond", {});
-  set_type(body, 1, onnx::TensorProto_DataType_BOOL);
-  add_input(body, "s", {"3"});
+  onnx::GraphProto body = loop_body("3");
   add_node(body, "Identity", {"cond"}, {"cond_out"});
   add_node(body, "Cast", {"i"}, {"fi"});
   set_attribute(body.mutable_node(1), "to", int64_t{onnx::TensorProto_DataType_FLOAT});
@@ -153,13 +160,7 @@ TEST(OnnxControlFlowTest, WhatCannotBeUnrolledIsRefused) {
   onnx::GraphProto& g = *m.mutable_graph();
   add_input(g, "x", {"1"});
   *g.add_initializer() = scalar_initializer("go", onnx::TensorProto_DataType_BOOL, 1);
-  onnx::GraphProto body;
-  body.set_name("body");
-  add_input(body, "i", {});
-  set_type(body, 0, onnx::TensorProto_DataType_INT64);
-  add_input(body, "cond", {});
-  set_type(body, 1, onnx::TensorProto_DataType_BOOL);
-  add_input(body, "s", {"1"});
+  onnx::GraphProto body = loop_body("1");
   add_node(body, "Add", {"s", "s"}, {"s_out"});
   add_node(body, "ReduceSum", {"s_out"}, {"total"});
   add_node(body, "Less", {"total", "x"}, {"more"});
