@@ -113,6 +113,8 @@ class OnnxGraphBuilder {
       }
       try {
         graph.add_output(materialize(it->second), output.name());
+      } catch (const OnnxRefusal& refusal) {
+        problems_.push_back(str_cat("graph output '", output.name(), "': ", refusal.reason));
       } catch (const Error& error) {
         problems_.push_back(str_cat("graph output '", output.name(), "': ", error.message()));
       }
@@ -249,6 +251,9 @@ class OnnxGraphBuilder {
   // initializer as a parameter under its own name, a computed one as a
   // constant.
   trace::ValueId materialize(const OnnxValue& value) {
+    if (value.is_sequence()) {
+      throw OnnxRefusal{"a sequence where a tensor is needed (Tandem's graphs hold tensors only)"};
+    }
     if (value.id >= 0) return value.id;
     if (value.from_sizes && has_free_dims_) {
       // A tensor of one repeated value (zeros of the batch's size, as
@@ -318,7 +323,14 @@ OnnxValue OnnxNodeBuilder::input(size_t i) const {
   refuse(str_cat("input '", name, "' is not computed before this node"));
 }
 
+std::vector<OnnxValue> OnnxNodeBuilder::sequence(size_t i) const {
+  const OnnxValue value = input(i);
+  if (!value.is_sequence()) refuse(str_cat("input ", i, " must be a sequence, not a tensor"));
+  return *value.elements;
+}
+
 kernels::TensorMeta OnnxNodeBuilder::meta(const OnnxValue& value) const {
+  if (value.is_sequence()) refuse("a sequence where a tensor is needed");
   if (value.id >= 0) return graph_.graph.meta(value.id);
   return {value.known.shape(), value.known.dtype()};
 }

@@ -2070,6 +2070,7 @@ const ConverterTable& converters() {
     add_index_converters(*t);
     add_tfidf_converter(*t);
     add_control_flow_converters(*t);
+    add_sequence_converters(*t);
     return t;
   }();
   return *table;

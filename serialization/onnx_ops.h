@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,7 +40,7 @@
 
 namespace tandem::serialization {
 
-// A value while a graph is built.
+// A value while a graph is built: a tensor, or a sequence of them.
 struct OnnxValue {
   trace::ValueId id = -1;  // In the graph, or -1 when only known.
   Tensor known;            // Its value, when known at import.
@@ -50,12 +51,23 @@ struct OnnxValue {
   // needs its value, since binding them (OnnxImportOptions::known_inputs)
   // makes it known.
   std::set<std::string> data_inputs;
+  // A sequence's elements: ONNX's sequences exist at import only, as lists
+  // of values whose length and positions are known there.
+  std::shared_ptr<const std::vector<OnnxValue>> elements;
 
-  static OnnxValue in_graph(trace::ValueId id) { return {id, Tensor(), false, {}}; }
+  static OnnxValue in_graph(trace::ValueId id) { return {id, Tensor(), false, {}, nullptr}; }
   static OnnxValue of(Tensor value, bool from_sizes = false) {
-    return {-1, std::move(value), from_sizes, {}};
+    return {-1, std::move(value), from_sizes, {}, nullptr};
+  }
+  static OnnxValue sequence(std::vector<OnnxValue> elements) {
+    return {-1,
+            Tensor(),
+            false,
+            {},
+            std::make_shared<const std::vector<OnnxValue>>(std::move(elements))};
   }
   bool is_known() const { return known.defined(); }
+  bool is_sequence() const { return elements != nullptr; }
 };
 
 // Thrown by OnnxNodeBuilder::refuse: what Tandem cannot express, as a
@@ -79,6 +91,8 @@ class OnnxNodeBuilder {
   bool has_input(size_t i) const { return i < num_inputs() && !node_.input(int(i)).empty(); }
   // Refuses a missing input.
   OnnxValue input(size_t i) const;
+  // Input i's elements; refuses one that is not a sequence.
+  std::vector<OnnxValue> sequence(size_t i) const;
   kernels::TensorMeta meta(const OnnxValue& value) const;
   Shape shape(size_t i) const { return meta(input(i)).shape; }
   DType dtype(size_t i) const { return meta(input(i)).dtype; }
