@@ -1080,8 +1080,7 @@ void convert_conv_transpose(Node& n) {
       }
       const int64_t want = output_shape ? (*output_shape)[output_shape->size() - k + i]
                                         : xs[int(i) + 2] * w.strides[i];
-      const int64_t total = full - want;
-      if (total < 0) n.refuse("output_shape is larger than the full output");
+      const int64_t total = full - want;  // Negative: the output grows past the full one.
       const bool lower_first = auto_pad == "SAME_LOWER";
       pads[i] = lower_first ? total - total / 2 : total / 2;
       pads[i + k] = total - pads[i];
@@ -1089,6 +1088,16 @@ void convert_conv_transpose(Node& n) {
       pads[i] = pads[i + k] = 0;
     }
   }
+  // Negative pads (an output_shape larger than the full output) add
+  // positions no input reaches: zeros, plus the bias.
+  Ints grow(2 * k, 0);
+  for (size_t i = 0; i < 2 * k; ++i) {
+    if (pads[i] < 0) {
+      grow[i] = -pads[i];
+      pads[i] = 0;
+    }
+  }
+  const bool grows = grow != Ints(2 * k, 0);
   w.pads_begin.assign(pads.begin(), pads.begin() + int(k));
   w.pads_end.assign(pads.begin() + int(k), pads.end());
   // Tandem's padding cuts both ends equally: cut the larger end's excess
@@ -1111,11 +1120,10 @@ void convert_conv_transpose(Node& n) {
     x = as_2d(n, x);
     weight = as_2d(n, weight);
   }
-  OnnxValue bias =
-      n.has_input(2)
-          ? n.input(2)
-          : n.op(kernels::full_op(),
-                 {{"shape", Ints{ws[1] * groups}}, {"dtype", n.dtype(0)}, {"value", 0.0}}, {});
+  const OnnxValue zero_bias =
+      n.op(kernels::full_op(),
+           {{"shape", Ints{ws[1] * groups}}, {"dtype", n.dtype(0)}, {"value", 0.0}}, {});
+  const OnnxValue bias = n.has_input(2) && !grows ? n.input(2) : zero_bias;
   OnnxValue y = n.op(kernels::conv_transpose2d_op(),
                      {{"stride", pair(w, w.strides, 1)},
                       {"padding", pair(w, w.pads_begin, 0)},
@@ -1136,6 +1144,19 @@ void convert_conv_transpose(Node& n) {
     } else if (extra_end[i] < 0) {
       y = n.op(kernels::slice_op(),
                {{"axis", axis}, {"begin", -extra_end[i]}, {"end", dim}, {"step", int64_t{1}}}, {y});
+    }
+  }
+  if (grows) {
+    Ints padding(2 * size_t(xs.rank()), 0);
+    for (size_t i = 0; i < k; ++i) {
+      padding[2 * (i + 2)] = grow[i];
+      padding[2 * (i + 2) + 1] = grow[i + k];
+    }
+    y = n.op(kernels::pad_op(), {{"pads", padding}, {"value", 0.0}}, {y});
+    if (n.has_input(2)) {
+      Ints channel(size_t(xs.rank() - 1), 1);
+      channel[0] = ws[1] * groups;
+      y = ew2<ew::Add>(n, y, reshape(n, n.input(2), channel));
     }
   }
   n.set_output(0, y);
