@@ -2092,6 +2092,7 @@ const ConverterTable& converters() {
     add_tfidf_converter(*t);
     add_control_flow_converters(*t);
     add_sequence_converters(*t);
+    add_det_converter(*t);
     return t;
   }();
   return *table;
