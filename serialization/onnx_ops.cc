@@ -1476,11 +1476,25 @@ void convert_softmax(Node& n, int kind) {
 struct AxisTaps {
   std::vector<Ints> index;                  // Per tap, per output position.
   std::vector<std::vector<double>> weight;  // The same.
+  std::vector<bool> outside;  // Per output position: its source lies beyond the input.
 };
 
-AxisTaps resize_taps(Node& n, int64_t in, int64_t out, double scale, const std::string& mode,
-                     const std::string& transform, const std::string& nearest_mode, double cubic_a,
-                     bool exclude_outside) {
+struct ResizeOptions {
+  std::string mode, transform, nearest_mode;
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  // tf_crop_and_resize: the region (starts then ends, per axis, as
+  // fractions of the input) and the value of positions beyond the input.
+  std::vector<double> roi;
+  double extrapolation = 0;
+};
+
+AxisTaps resize_taps(Node& n, int64_t in, int64_t out, double scale, const ResizeOptions& options,
+                     size_t axis) {
+  const std::string &mode = options.mode, &transform = options.transform,
+                    &nearest_mode = options.nearest_mode;
+  const double cubic_a = options.cubic_a;
+  const bool exclude_outside = options.exclude_outside;
   const int taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
   AxisTaps t{std::vector<Ints>(size_t(taps)), std::vector<std::vector<double>>(size_t(taps))};
   // ONNX's length of the resized axis is in * scale, unrounded.
@@ -1498,6 +1512,12 @@ AxisTaps resize_taps(Node& n, int64_t in, int64_t out, double scale, const std::
       s = x / scale;
     } else if (transform == "tf_half_pixel_for_nn") {
       s = (x + 0.5) / scale;
+    } else if (transform == "tf_crop_and_resize") {
+      const size_t rank = options.roi.size() / 2;
+      const double start = options.roi[axis], end = options.roi[axis + rank];
+      s = out > 1 ? start * double(in - 1) + x * (end - start) * double(in - 1) / double(out - 1)
+                  : 0.5 * (start + end) * double(in - 1);
+      t.outside.push_back(s < 0 || s > double(in - 1));
     } else {
       n.refuse(str_cat("coordinate_transformation_mode '", transform, "'"));
     }
@@ -1546,9 +1566,9 @@ AxisTaps resize_taps(Node& n, int64_t in, int64_t out, double scale, const std::
   return t;
 }
 
-void resize(Node& n, const Ints& sizes, const std::vector<double>& scales, const std::string& mode,
-            const std::string& transform, const std::string& nearest_mode, double cubic_a,
-            bool exclude_outside) {
+void resize(Node& n, const Ints& sizes, const std::vector<double>& scales,
+            const ResizeOptions& options) {
+  const std::string& mode = options.mode;
   const Shape in = n.shape(0);
   if (mode != "nearest" && mode != "linear" && mode != "cubic")
     n.refuse(str_cat("mode '", mode, "'"));
@@ -1559,8 +1579,7 @@ void resize(Node& n, const Ints& sizes, const std::vector<double>& scales, const
     if (from == to && scales[size_t(a)] == 1.0) continue;
     if (from == 0 || to == 0) n.refuse("resizing an empty axis");
     check_host_count(n, to, "a resized axis");
-    const AxisTaps t = resize_taps(n, from, to, scales[size_t(a)], mode, transform, nearest_mode,
-                                   cubic_a, exclude_outside);
+    const AxisTaps t = resize_taps(n, from, to, scales[size_t(a)], options, size_t(a));
     Ints weight_shape(size_t(in.rank()), 1);
     weight_shape[size_t(a)] = to;
     OnnxValue sum;
@@ -1574,6 +1593,15 @@ void resize(Node& n, const Ints& sizes, const std::vector<double>& scales, const
       sum = k == 0 ? picked : ew2<ew::Add>(n, sum, picked);
     }
     y = sum;
+    // Positions whose source lies beyond the input take the extrapolation
+    // value, along every axis (weights summing to one keep it so).
+    if (std::find(t.outside.begin(), t.outside.end(), true) != t.outside.end()) {
+      Ints flags(t.outside.begin(), t.outside.end());
+      const OnnxValue outside =
+          cast(n, n.constant(Tensor::from_vector<int64_t>(flags, Shape(weight_shape)), true),
+               DType::kBool);
+      y = n.op(kernels::where_op(), {}, {outside, scalar_like(n, y, options.extrapolation), y});
+    }
   }
   n.set_output(0, y);
 }
@@ -1607,7 +1635,13 @@ void convert_resize(Node& n) {
     transform = "asymmetric";
     nearest_mode = "floor";
   }
-  if (transform == "tf_crop_and_resize") n.refuse("tf_crop_and_resize is not supported");
+  ResizeOptions options{mode, transform, nearest_mode, n.attr_float("cubic_coeff_a", -0.75),
+                        n.attr_int("exclude_outside", 0) != 0};
+  if (transform == "tf_crop_and_resize") {
+    options.roi = known_doubles(n, 1, "roi");
+    if (int64_t(options.roi.size()) != 2 * in.rank()) n.refuse("roi must have two values per axis");
+    options.extrapolation = n.attr_float("extrapolation_value", 0);
+  }
   Ints sizes;
   std::vector<double> scales;
   const size_t scales_input = n.opset() < 11 ? 1 : 2;
@@ -1622,8 +1656,7 @@ void convert_resize(Node& n) {
     scales = known_doubles(n, scales_input, "scales");
     sizes_from_scales(n, scales, sizes);
   }
-  resize(n, sizes, scales, mode, transform, nearest_mode, n.attr_float("cubic_coeff_a", -0.75),
-         n.attr_int("exclude_outside", 0) != 0);
+  resize(n, sizes, scales, options);
 }
 
 void convert_upsample(Node& n) {
@@ -1637,7 +1670,7 @@ void convert_upsample(Node& n) {
   }
   Ints sizes;
   sizes_from_scales(n, scales, sizes);
-  resize(n, sizes, scales, n.attr_string("mode", "nearest"), "asymmetric", "floor", -0.75, false);
+  resize(n, sizes, scales, {n.attr_string("mode", "nearest"), "asymmetric", "floor"});
 }
 
 enum class RecurrentKind { kRnn, kLstm, kGru };
