@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <utility>
 
@@ -477,25 +478,76 @@ void convert_gather_nd(Node& n) {
 
 // ScatterND: add with scatter_nd_add; overwrite as where(written, the
 // updates scattered onto zeros, x) (ONNX leaves duplicate indices undefined).
+// `base` with the slices `indices` name replaced by `updates` (indices
+// distinct): where a scatter-add of ones marks them written.
+OnnxValue scattered(Node& n, const OnnxValue& base, const OnnxValue& indices,
+                    const OnnxValue& updates) {
+  const Ints xs = dims_of(n.meta(base).shape), us = dims_of(n.meta(updates).shape);
+  const DType dtype = n.meta(base).dtype;
+  const OnnxValue zeros =
+      n.op(kernels::full_op(), {{"shape", xs}, {"dtype", dtype}, {"value", 0.0}}, {});
+  const OnnxValue ones =
+      n.op(kernels::full_op(), {{"shape", us}, {"dtype", dtype}, {"value", 1.0}}, {});
+  const OnnxValue written = n.op(
+      kernels::gt_op(), {},
+      {n.op(kernels::scatter_nd_add_op(), {}, {zeros, indices, ones}), scalar_like(n, base, 0)});
+  return n.op(kernels::where_op(), {},
+              {written, n.op(kernels::scatter_nd_add_op(), {}, {zeros, indices, updates}), base});
+}
+
+// reduction = "mul" multiplies each named slice by its updates, by all of
+// them where indices repeat: the indices must be known at import, and each
+// round of distinct ones scales x once.
+OnnxValue multiplied(Node& n, const OnnxValue& x, const OnnxValue& updates) {
+  const Tensor known = n.known(1, "indices (with reduction 'mul')");
+  const Shape is = known.shape();
+  if (is.rank() < 1) n.refuse("indices must have a last axis");
+  const int64_t depth = is[is.rank() - 1], count = is.numel() / std::max<int64_t>(depth, 1);
+  const std::vector<int64_t> flat =
+      kernels::call1(kernels::cast_op(), {known}, {{"dtype", DType::kInt64}}, {})
+          .to_vector<int64_t>();
+  Ints us = dims_of(n.meta(updates).shape);
+  Ints slice(us.begin() + (is.rank() - 1), us.end());
+  Ints rows_shape = {count};
+  rows_shape.insert(rows_shape.end(), slice.begin(), slice.end());
+  const OnnxValue rows = reshape(n, updates, rows_shape);
+  // Round r holds the r-th occurrence of each index tuple.
+  std::vector<std::vector<int64_t>> rounds;
+  std::map<std::vector<int64_t>, size_t> seen;
+  for (int64_t k = 0; k < count; ++k) {
+    const std::vector<int64_t> tuple(flat.begin() + k * depth, flat.begin() + (k + 1) * depth);
+    const size_t r = seen[tuple]++;
+    if (r == rounds.size()) rounds.emplace_back();
+    rounds[r].push_back(k);
+  }
+  const OnnxValue ones =
+      n.op(kernels::full_op(),
+           {{"shape", dims_of(n.meta(x).shape)}, {"dtype", n.meta(x).dtype}, {"value", 1.0}}, {});
+  OnnxValue y = x;
+  for (const std::vector<int64_t>& members : rounds) {
+    Ints tuples;
+    for (int64_t k : members)
+      tuples.insert(tuples.end(), flat.begin() + k * depth, flat.begin() + (k + 1) * depth);
+    const int64_t size = int64_t(members.size());
+    const OnnxValue picked =
+        n.op(kernels::take_op(), {{"axis", int64_t{0}}},
+             {rows, n.constant(Tensor::from_vector<int64_t>(members, Shape{size}))});
+    const OnnxValue index = n.constant(Tensor::from_vector<int64_t>(tuples, Shape{size, depth}));
+    y = ew2<ew::Mul>(n, y, scattered(n, ones, index, picked));
+  }
+  return y;
+}
+
 void convert_scatter_nd(Node& n) {
   const std::string reduction = n.attr_string("reduction", "none");
-  const OnnxValue x = n.input(0), indices = cast(n, n.input(1), DType::kInt64),
-                  updates = n.input(2);
+  const OnnxValue x = n.input(0), updates = n.input(2);
+  if (reduction == "mul") return n.set_output(0, multiplied(n, x, updates));
+  const OnnxValue indices = cast(n, n.input(1), DType::kInt64);
   if (reduction == "add") {
     return n.set_output(0, n.op(kernels::scatter_nd_add_op(), {}, {x, indices, updates}));
   }
   if (reduction != "none") n.refuse(str_cat("reduction '", reduction, "'"));
-  const Ints xs = dims_of(n.shape(0)), us = dims_of(n.meta(updates).shape);
-  const OnnxValue zeros =
-      n.op(kernels::full_op(), {{"shape", xs}, {"dtype", n.dtype(0)}, {"value", 0.0}}, {});
-  const OnnxValue ones =
-      n.op(kernels::full_op(), {{"shape", us}, {"dtype", n.dtype(0)}, {"value", 1.0}}, {});
-  const OnnxValue written =
-      n.op(kernels::gt_op(), {},
-           {n.op(kernels::scatter_nd_add_op(), {}, {zeros, indices, ones}), scalar_like(n, x, 0)});
-  n.set_output(
-      0, n.op(kernels::where_op(), {},
-              {written, n.op(kernels::scatter_nd_add_op(), {}, {zeros, indices, updates}), x}));
+  n.set_output(0, scattered(n, x, indices, updates));
 }
 
 void convert_scatter_elements(Node& n) {
