@@ -71,6 +71,7 @@ void add_tfidf_converter(ConverterTable& table);
 void add_control_flow_converters(ConverterTable& table);
 void add_sequence_converters(ConverterTable& table);
 void add_det_converter(ConverterTable& table);
+void add_roi_align_converter(ConverterTable& table);
 // The ops of ai.onnx.preview.training, a table of their own.
 void add_training_converters(ConverterTable& table);
 

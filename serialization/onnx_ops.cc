@@ -2178,6 +2178,7 @@ const ConverterTable& converters() {
     add_control_flow_converters(*t);
     add_sequence_converters(*t);
     add_det_converter(*t);
+    add_roi_align_converter(*t);
     return t;
   }();
   return *table;
