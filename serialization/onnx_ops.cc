@@ -1875,6 +1875,69 @@ std::pair<OnnxValue, OnnxValue> gru_resetting_before_product(Node& n, const Onnx
   return {y, h};
 }
 
+// An LSTM with peepholes, unrolled: each step's input, forget and output
+// gates also see the cell (the previous one for input and forget, the new
+// one for output) through the P weights, ONNX's [P_i, P_o, P_f]. The gates
+// arrive in torch's order (i, f, g, o). Returns Y [batch, seq, hidden], the
+// last h and the last c.
+struct LstmRun {
+  OnnxValue y, h, c;
+};
+
+LstmRun lstm_with_peepholes(Node& n, const OnnxValue& projected, const OnnxValue& weight_hh,
+                            const OnnxValue& bias_hh, std::optional<OnnxValue> h0,
+                            std::optional<OnnxValue> c0, const OnnxValue& peepholes, bool reverse,
+                            int64_t hidden) {
+  const Shape ps = n.meta(projected).shape;
+  const int64_t batch = ps[0], steps = ps[1];
+  if (steps < 1) n.refuse("an empty sequence");
+  constexpr int64_t kMaxUnrolledSteps = 4096;
+  if (steps > kMaxUnrolledSteps) {
+    n.refuse(str_cat("peepholes over ", steps, " steps: they are unrolled, at most ",
+                     kMaxUnrolledSteps));
+  }
+  auto part = [&](const OnnxValue& v, int64_t axis, int64_t block) {
+    return n.op(kernels::slice_op(),
+                {{"axis", axis},
+                 {"begin", block * hidden},
+                 {"end", (block + 1) * hidden},
+                 {"step", int64_t{1}}},
+                {v});
+  };
+  const OnnxValue p_i = part(peepholes, 0, 0), p_o = part(peepholes, 0, 1),
+                  p_f = part(peepholes, 0, 2);
+  auto zeros = [&] {
+    return n.op(
+        kernels::full_op(),
+        {{"shape", Ints{batch, hidden}}, {"dtype", n.meta(projected).dtype}, {"value", 0.0}}, {});
+  };
+  OnnxValue h = h0 ? *h0 : zeros(), c = c0 ? *c0 : zeros();
+  std::vector<OnnxValue> outputs(static_cast<size_t>(steps));
+  for (int64_t k = 0; k < steps; ++k) {
+    const int64_t t = reverse ? steps - 1 - k : k;
+    const OnnxValue step =
+        reshape(n,
+                n.op(kernels::slice_op(),
+                     {{"axis", int64_t{1}}, {"begin", t}, {"end", t + 1}, {"step", int64_t{1}}},
+                     {projected}),
+                {batch, 4 * hidden});
+    const OnnxValue gates =
+        ew2<ew::Add>(n, step, n.op(kernels::linear_op(), {}, {h, weight_hh, bias_hh}));
+    auto peeped = [&](int64_t block, const OnnxValue& p, const OnnxValue& cell) {
+      return ew1<ew::Sigmoid>(n, ew2<ew::Add>(n, part(gates, 1, block), ew2<ew::Mul>(n, p, cell)));
+    };
+    const OnnxValue i = peeped(0, p_i, c), f = peeped(1, p_f, c);
+    const OnnxValue g = ew1<ew::Tanh>(n, part(gates, 1, 2));
+    c = ew2<ew::Add>(n, ew2<ew::Mul>(n, f, c), ew2<ew::Mul>(n, i, g));
+    const OnnxValue o = peeped(3, p_o, c);
+    h = ew2<ew::Mul>(n, o, ew1<ew::Tanh>(n, c));
+    outputs[size_t(t)] = reshape(n, h, {batch, 1, hidden});
+  }
+  const OnnxValue y =
+      steps == 1 ? outputs[0] : n.op(kernels::concat_op(), {{"axis", int64_t{1}}}, outputs);
+  return {y, h, c};
+}
+
 void convert_recurrent(Node& n, RecurrentKind kind) {
   const int64_t hidden = n.attr_int("hidden_size", 0);
   if (hidden < 1) n.refuse("hidden_size is required");
@@ -1938,7 +2001,10 @@ void convert_recurrent(Node& n, RecurrentKind kind) {
       if (len != steps) n.refuse("sequences of different lengths are not supported");
     }
   }
-  if (n.has_input(7)) n.refuse("peepholes (P) are not supported");
+  const bool peepholes = kind == RecurrentKind::kLstm && n.has_input(7);
+  if (peepholes && (n.shape(7).rank() != 2 || n.shape(7)[1] != 3 * hidden)) {
+    n.refuse(str_cat("P must be [directions, ", 3 * hidden, "]"));
+  }
   const int64_t gates = int64_t(gate_order.size());
   if (n.shape(1)[1] != gates * hidden || n.shape(2)[1] != gates * hidden ||
       (n.has_input(3) && n.shape(3)[1] != 2 * gates * hidden)) {
@@ -2006,6 +2072,18 @@ void convert_recurrent(Node& n, RecurrentKind kind) {
                                                  direction == "reverse" || d == 1, hidden);
       ys.push_back(y);
       hs.push_back(reshape(n, h, {1, batch, hidden}));
+      continue;
+    }
+    if (peepholes) {
+      std::optional<OnnxValue> h0, c0;
+      if (n.has_input(5)) h0 = direction_slice(n.input(5), d);
+      if (n.has_input(6)) c0 = direction_slice(n.input(6), d);
+      const LstmRun run =
+          lstm_with_peepholes(n, projected, r, bias_hh, h0, c0, direction_slice(n.input(7), d),
+                              direction == "reverse" || d == 1, hidden);
+      ys.push_back(run.y);
+      hs.push_back(reshape(n, run.h, {1, batch, hidden}));
+      cs.push_back(reshape(n, run.c, {1, batch, hidden}));
       continue;
     }
     const std::vector<OnnxValue> out = n.ops(*op, attrs, inputs);
