@@ -1817,6 +1817,16 @@ void convert_softmax_cross_entropy(Node& n) {
   n.set_output(1, log_probs);
 }
 
+// A recurrence Tandem's kernels lack runs unrolled, a dozen nodes a step:
+// the steps are bounded so that the graph is.
+void check_unrolled_steps(Node& n, int64_t steps, std::string_view what) {
+  constexpr int64_t kMaxUnrolledSteps = 4096;
+  if (steps < 1) n.refuse("an empty sequence");
+  if (steps > kMaxUnrolledSteps) {
+    n.refuse(str_cat(what, " over ", steps, " steps: unrolled, at most ", kMaxUnrolledSteps));
+  }
+}
+
 // RNN, LSTM and GRU: per direction, the input projection as one linear op,
 // then Tandem's recurrence op, whose gates are in torch's order (ONNX's are
 // i, o, f, c for LSTM and z, r, h for GRU: the weights' blocks are taken in
@@ -1834,13 +1844,7 @@ std::pair<OnnxValue, OnnxValue> gru_resetting_before_product(Node& n, const Onnx
                                                              bool reverse, int64_t hidden) {
   const Shape ps = n.meta(projected).shape;
   const int64_t batch = ps[0], steps = ps[1];
-  if (steps < 1) n.refuse("an empty sequence");
-  // Each step is a dozen nodes: a bound on the graph an unrolled GRU makes.
-  constexpr int64_t kMaxUnrolledSteps = 4096;
-  if (steps > kMaxUnrolledSteps) {
-    n.refuse(str_cat("linear_before_reset = 0 over ", steps, " steps: it is unrolled, at most ",
-                     kMaxUnrolledSteps));
-  }
+  check_unrolled_steps(n, steps, "linear_before_reset = 0");
   auto part = [&](const OnnxValue& v, int64_t axis, int64_t begin, int64_t end) {
     return n.op(kernels::slice_op(),
                 {{"axis", axis}, {"begin", begin}, {"end", end}, {"step", int64_t{1}}}, {v});
@@ -1890,12 +1894,7 @@ LstmRun lstm_with_peepholes(Node& n, const OnnxValue& projected, const OnnxValue
                             int64_t hidden) {
   const Shape ps = n.meta(projected).shape;
   const int64_t batch = ps[0], steps = ps[1];
-  if (steps < 1) n.refuse("an empty sequence");
-  constexpr int64_t kMaxUnrolledSteps = 4096;
-  if (steps > kMaxUnrolledSteps) {
-    n.refuse(str_cat("peepholes over ", steps, " steps: they are unrolled, at most ",
-                     kMaxUnrolledSteps));
-  }
+  check_unrolled_steps(n, steps, "peepholes");
   auto part = [&](const OnnxValue& v, int64_t axis, int64_t block) {
     return n.op(kernels::slice_op(),
                 {{"axis", axis},

@@ -77,11 +77,14 @@ const std::map<std::string, std::set<std::string>> kNotOpNames = {
     // A value of interpolate's "mode" attribute.
     {"kernels/ops/interpolate.cc", {"linear"}},
     // Tandem's attribute names (clip's "min" and "max") and ONNX's names and
-    // values: Split's "split", the "add" and "sum"/"mean" reductions,
+    // values: Split's "split", the "add", "mul" and "sum"/"mean" reductions,
     // Resize's "linear" mode and "floor"/"ceil" nearest modes, LSTM's "clip",
     // the "broadcast" attribute of binary ops before opset 7.
     {"serialization/onnx_ops.cc",
-     {"min", "max", "split", "add", "sum", "mean", "linear", "floor", "ceil", "clip", "broadcast"}},
+     {"min", "max", "split", "add", "mul", "sum", "mean", "linear", "floor", "ceil", "clip",
+      "broadcast"}},
+    // SplitToSequence's "split" input.
+    {"serialization/onnx_sequence_ops.cc", {"split"}},
     // clip's attribute names, and GridSample's "zeros" padding mode.
     {"serialization/onnx_grid_sample.cc", {"min", "max", "zeros"}},
     {"serialization/onnx_quantized_ops.cc", {"min", "max"}},
