@@ -58,13 +58,20 @@ void convert_max_unpool(Node& n) {
       int64_t(pads.size()) != 2 * spatial) {
     n.refuse("kernel_shape, strides or pads do not match X's rank");
   }
+  for (const Ints* attr : {&kernel, &strides, &pads}) {
+    for (int64_t v : *attr) {
+      if (v < (attr == &pads ? 0 : 1) || v > (int64_t{1} << 20)) {
+        n.refuse(str_cat("kernel_shape, strides or pads hold ", v, ", outside [0 or 1, 2^20]"));
+      }
+    }
+  }
   // The unpooled shape MaxPool's indices count in; output_shape may only
   // be larger (the values keep their coordinates, zeros fill the rest).
   Ints unpooled = {xs[0], xs[1]};
   for (int64_t i = 0; i < spatial; ++i) {
     const size_t s = size_t(i);
-    unpooled.push_back((xs[int(i) + 2] - 1) * strides[s] + kernel[s] - pads[s] -
-                       pads[s + size_t(spatial)]);
+    const int64_t spread = checked_mul(xs[int(i) + 2] - 1, strides[s], "the unpooled size");
+    unpooled.push_back(spread + kernel[s] - pads[s] - pads[s + size_t(spatial)]);
     if (unpooled.back() < 0) n.refuse("the output would have a negative size");
   }
   const Ints out = n.has_input(2) ? n.known_ints(2, "output_shape") : unpooled;
