@@ -9,6 +9,7 @@
 
 #include "core/engine/object_pool.h"
 #include "core/error.h"
+#include "kernels/arity.h"
 #include "kernels/communicator.h"
 #include "kernels/cpu/team_binding.h"
 #include "kernels/known_ops.h"
@@ -289,12 +290,7 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> given, const Attrs& a
                  const std::source_location& where) {
   CallSiteScope site(op.name.c_str(), where);
   engine::drain_when_main_thread_exits();  // Note [Draining at exit] in core/engine/engine.cc.
-  if (op.num_inputs == kVariadic) {
-    TANDEM_CHECK(!given.empty(), "expects at least one input, got none");
-  } else {
-    TANDEM_CHECK(static_cast<int>(given.size()) == op.num_inputs, "expects ", op.num_inputs,
-                 op.num_inputs == 1 ? " input" : " inputs", ", got ", given.size());
-  }
+  check_input_count(op, given.size());
   for (size_t i = 0; i < given.size(); ++i) {
     TANDEM_CHECK(given[i].defined(), "input ", i, " is an undefined tensor");
   }

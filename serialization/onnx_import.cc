@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 
 #include "core/error.h"
+#include "kernels/arity.h"
 #include "kernels/dispatch.h"
 #include "kernels/known_ops.h"
 #include "serialization/file_io.h"
@@ -428,6 +429,7 @@ Tensor OnnxNodeBuilder::attr_tensor(std::string_view name) const {
 
 std::vector<OnnxValue> OnnxNodeBuilder::ops(const kernels::OpDef& op, const kernels::Attrs& attrs,
                                             std::vector<OnnxValue> inputs) {
+  kernels::check_input_count(op, inputs.size());
   bool all_known = true, from_sizes = false;
   for (const OnnxValue& v : inputs) {
     all_known = all_known && v.is_known();

@@ -56,6 +56,7 @@ void convert_tfidf_vectorizer(Node& n) {
     count[g] = (end - starts[g]) / size;
     ngrams += count[g];
   }
+  if (ngrams == 0) n.refuse("the pool holds no n-grams");
   if (int64_t(indexes.size()) != ngrams ||
       (!weights.empty() && int64_t(weights.size()) != ngrams)) {
     n.refuse(

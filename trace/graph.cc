@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/arity.h"
 
 namespace tandem::trace {
 
@@ -23,6 +24,7 @@ std::vector<ValueId> Graph::add_node(const kernels::OpDef& op, const kernels::At
                                      std::vector<ValueId> node_inputs, std::source_location where,
                                      std::string scope) {
   CallSiteScope site(op.name.c_str(), where);
+  kernels::check_input_count(op, node_inputs.size());
   kernels::Attrs resolved = kernels::resolve_attrs(op, attrs);
   kernels::TensorMetas metas;
   metas.reserve(node_inputs.size());

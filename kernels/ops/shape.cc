@@ -201,6 +201,7 @@ std::vector<Tensor> transpose_gradient(const GradContext& c) {
 // concat: inputs of one dtype and rank, equal except along `axis`.
 
 TensorMetas infer_concat(absl::Span<const TensorMeta> in, const Attrs& attrs) {
+  TANDEM_CHECK(!in.empty(), "concat needs at least one tensor");
   const Shape& first = in[0].shape;
   TANDEM_CHECK(first.rank() > 0, "cannot concatenate scalars (rank 0); use stack");
   int axis = first.normalize_axis(attrs.get_int("axis"));

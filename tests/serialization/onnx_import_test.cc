@@ -191,6 +191,18 @@ TEST(OnnxImportTest, AValueComputedFromInputsNamesThoseInputs) {
   EXPECT_EQ(y.shape(), (Shape{3, 2}));
 }
 
+TEST(OnnxImportTest, AnOpGivenNoInputsIsRefused) {
+  // A Concat of nothing: the check comes before the op's inference reads
+  // its first input.
+  onnx::ModelProto m = model_with_opset(13);
+  onnx::GraphProto& g = *m.mutable_graph();
+  add_input(g, "x", {"2"});
+  testing::set_attribute(add_node(g, "Concat", {}, {"nothing"}), "axis", int64_t{0});
+  g.add_output()->set_name("nothing");
+  testing::expect_error([&] { import_onnx(bytes_of(m), "arity.onnx"); },
+                        {"(Concat, opset 13): expects at least one input, got none"});
+}
+
 TEST(OnnxImportTest, SizesUsedAsTensorsAreRefusedWithFreeDimensions) {
   // z * float(shape(x)): the tensor [N, 3] is computed at import and would
   // be a constant of the graph, which cannot follow N.
