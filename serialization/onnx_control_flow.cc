@@ -33,17 +33,6 @@ void check_steps(Node& n, int64_t steps) {
   }
 }
 
-// Values of one shape stacked along a new axis.
-OnnxValue stacked(Node& n, const std::vector<OnnxValue>& values, int64_t axis) {
-  std::vector<OnnxValue> parts;
-  for (const OnnxValue& v : values) {
-    Ints dims = dims_of(n.meta(v).shape);
-    dims.insert(dims.begin() + axis, 1);
-    parts.push_back(reshape(n, v, dims));
-  }
-  return parts.size() == 1 ? parts[0] : n.op(kernels::concat_op(), {{"axis", axis}}, parts);
-}
-
 // Slice `at` of `x` along `axis`, without that axis.
 OnnxValue slice_at(Node& n, const OnnxValue& x, int64_t axis, int64_t at) {
   Ints dims = dims_of(n.meta(x).shape);

@@ -58,6 +58,22 @@ int64_t integral(Node& n, double v, std::string_view what) {
   return int64_t(v);
 }
 
+OnnxValue stacked(Node& n, const std::vector<OnnxValue>& values, int64_t axis) {
+  if (values.empty()) n.refuse("nothing to stack");
+  const Shape shape = n.meta(values[0]).shape;
+  if (axis < 0 || axis > shape.rank()) n.refuse(str_cat("cannot stack along axis ", axis));
+  std::vector<OnnxValue> parts;
+  for (const OnnxValue& v : values) {
+    if (n.meta(v).shape != shape) {
+      n.refuse(str_cat("cannot stack ", shape.to_string(), " and ", n.meta(v).shape.to_string()));
+    }
+    Ints dims = dims_of(shape);
+    dims.insert(dims.begin() + axis, 1);
+    parts.push_back(reshape(n, v, dims));
+  }
+  return parts.size() == 1 ? parts[0] : n.op(kernels::concat_op(), {{"axis", axis}}, parts);
+}
+
 int64_t known_count(Node& n, size_t i, std::string_view what) {
   const int64_t v = integral(n, n.known_scalar(i, what), what);
   if (v < 0) n.refuse(str_cat(what, " is negative (", v, ")"));

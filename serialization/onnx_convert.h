@@ -54,6 +54,10 @@ int64_t integral(Node& n, double v, std::string_view what);
 // kMaxHostElements.
 int64_t known_count(Node& n, size_t i, std::string_view what);
 
+// Values of one shape stacked along a new axis `axis` (in [0, rank]);
+// values of different shapes are refused.
+OnnxValue stacked(Node& n, const std::vector<OnnxValue>& values, int64_t axis);
+
 // ONNX's Conv on x and weight, with the node's attributes (kernel_shape,
 // strides, dilations, pads, auto_pad, group), 1-D to 3-D; no bias adds
 // nothing.

@@ -108,18 +108,9 @@ void convert_concat_from_sequence(Node& n) {
   const bool stack = n.attr_int("new_axis", 0) != 0;
   const int64_t rank = n.meta(elements[0]).shape.rank() + (stack ? 1 : 0);
   const int64_t axis = normalize_axis(n, n.attr_int("axis", 0), rank);
-  std::vector<OnnxValue> parts;
-  for (const OnnxValue& e : elements) {
-    if (!stack) {
-      parts.push_back(e);
-      continue;
-    }
-    Ints dims = dims_of(n.meta(e).shape);
-    dims.insert(dims.begin() + axis, 1);
-    parts.push_back(reshape(n, e, dims));
-  }
-  n.set_output(0,
-               parts.size() == 1 ? parts[0] : n.op(kernels::concat_op(), {{"axis", axis}}, parts));
+  if (stack) return n.set_output(0, stacked(n, elements, axis));
+  n.set_output(0, elements.size() == 1 ? elements[0]
+                                       : n.op(kernels::concat_op(), {{"axis", axis}}, elements));
 }
 
 }  // namespace

@@ -79,6 +79,18 @@ TEST(OnnxSequenceTest, WhatASequenceCannotBeIsRefused) {
                          "(Relu, opset 12): a sequence where a tensor is needed",
                          "graph output 'pair': a sequence where a tensor is needed",
                          "inputs the import needs as values: 'at'"});
+  // Stacking elements of different shapes (of different ranks here).
+  onnx::ModelProto stack = testing::model_with_opset(12);
+  onnx::GraphProto& sg = *stack.mutable_graph();
+  add_input(sg, "x", {"2", "3", "4"});
+  add_input(sg, "y", {"2", "4"});
+  add_node(sg, "SequenceConstruct", {"x", "y"}, {"both"});
+  onnx::NodeProto* join = add_node(sg, "ConcatFromSequence", {"both"}, {"joined"});
+  set_attribute(join, "axis", int64_t{-1});
+  set_attribute(join, "new_axis", int64_t{1});
+  sg.add_output()->set_name("joined");
+  testing::expect_error([&] { import_onnx(bytes_of(stack), "stack.onnx"); },
+                        {"(ConcatFromSequence, opset 12): cannot stack [2, 3, 4] and [2, 4]"});
 }
 
 }  // namespace
