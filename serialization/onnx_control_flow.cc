@@ -189,7 +189,17 @@ void convert_scan(Node& n) {
     return;
   }
   // Opset 8: one run per batch entry, the results stacked along the batch.
-  const int64_t batch = n.meta(inputs[0]).shape[0];
+  const int64_t batch = n.meta(inputs[0]).shape.rank() > 0 ? n.meta(inputs[0]).shape[0] : -1;
+  for (const std::vector<OnnxValue>* values : {&state, &inputs}) {
+    for (const OnnxValue& v : *values) {
+      const Shape s = n.meta(v).shape;
+      if (s.rank() < (values == &inputs ? 2 : 1) || s[0] != batch) {
+        n.refuse(
+            "opset 8's states and scan inputs need one batch axis of one size, and the "
+            "scan inputs a sequence axis after it");
+      }
+    }
+  }
   std::vector<std::vector<OnnxValue>> finals(states), outputs(scans);
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<OnnxValue> entry_state, entry_inputs;

@@ -506,8 +506,13 @@ OnnxValue multiplied(Node& n, const OnnxValue& x, const OnnxValue& updates) {
   const std::vector<int64_t> flat =
       kernels::call1(kernels::cast_op(), {known}, {{"dtype", DType::kInt64}}, {})
           .to_vector<int64_t>();
-  Ints us = dims_of(n.meta(updates).shape);
-  Ints slice(us.begin() + (is.rank() - 1), us.end());
+  const Ints us = dims_of(n.meta(updates).shape), xs = dims_of(n.meta(x).shape);
+  // updates: indices' leading axes, then the slices the tuples name.
+  Ints want(is.begin(), is.end() - 1);
+  if (depth > int64_t(xs.size())) n.refuse("the index tuples are longer than data's rank");
+  want.insert(want.end(), xs.begin() + depth, xs.end());
+  if (us != want) n.refuse(str_cat("updates must be ", Shape(want).to_string()));
+  const Ints slice(us.begin() + (is.rank() - 1), us.end());
   Ints rows_shape = {count};
   rows_shape.insert(rows_shape.end(), slice.begin(), slice.end());
   const OnnxValue rows = reshape(n, updates, rows_shape);
