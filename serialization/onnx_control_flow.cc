@@ -25,24 +25,6 @@
 namespace tandem::serialization::onnx_convert {
 namespace {
 
-constexpr int64_t kMaxUnrolledSteps = 4096;
-
-void check_steps(Node& n, int64_t steps) {
-  if (steps > kMaxUnrolledSteps) {
-    n.refuse(str_cat(steps, " iterations, over the ", kMaxUnrolledSteps, " Tandem unrolls"));
-  }
-}
-
-// Slice `at` of `x` along `axis`, without that axis.
-OnnxValue slice_at(Node& n, const OnnxValue& x, int64_t axis, int64_t at) {
-  Ints dims = dims_of(n.meta(x).shape);
-  dims.erase(dims.begin() + axis);
-  return reshape(n,
-                 n.op(kernels::slice_op(),
-                      {{"axis", axis}, {"begin", at}, {"end", at + 1}, {"step", int64_t{1}}}, {x}),
-                 dims);
-}
-
 void convert_if(Node& n) {
   const OnnxValue condition = n.input(0);
   if (condition.is_known()) {
@@ -79,7 +61,7 @@ void convert_loop(Node& n) {
   std::vector<std::vector<OnnxValue>> scanned(scans);
   int64_t done = 0;
   for (; going && (trips < 0 || done < trips); ++done) {
-    check_steps(n, done + 1);
+    check_unrolled_steps(n, done + 1, "a loop");
     std::vector<OnnxValue> in = {n.constant(Tensor::from_vector<int64_t>({done}, Shape{})),
                                  n.scalar(1, DType::kBool)};
     in.insert(in.end(), state.begin(), state.end());
@@ -131,7 +113,7 @@ ScanRun run_scan(Node& n, std::vector<OnnxValue> state, const std::vector<OnnxVa
     steps = size;
   }
   if (steps < 1) n.refuse("a scan of no steps has outputs of no shape");
-  check_steps(n, steps);
+  check_unrolled_steps(n, steps, "a scan");
   std::vector<std::vector<OnnxValue>> scanned(scans);
   for (int64_t t = 0; t < steps; ++t) {
     std::vector<OnnxValue> in = state;

@@ -14,6 +14,17 @@ OnnxValue reshape(Node& n, const OnnxValue& x, Ints dims) {
   return n.op(kernels::reshape_op(), {{"shape", std::move(dims)}}, {x});
 }
 
+OnnxValue sliced(Node& n, const OnnxValue& x, int64_t axis, int64_t begin, int64_t end) {
+  return n.op(kernels::slice_op(),
+              {{"axis", axis}, {"begin", begin}, {"end", end}, {"step", int64_t{1}}}, {x});
+}
+
+OnnxValue slice_at(Node& n, const OnnxValue& x, int64_t axis, int64_t at) {
+  Ints dims = dims_of(n.meta(x).shape);
+  dims.erase(dims.begin() + axis);
+  return reshape(n, sliced(n, x, axis, at, at + 1), dims);
+}
+
 OnnxValue cast(Node& n, const OnnxValue& x, DType dtype) {
   if (n.meta(x).dtype == dtype) return x;
   return n.op(kernels::cast_op(), {{"dtype", dtype}}, {x});
@@ -72,6 +83,17 @@ OnnxValue stacked(Node& n, const std::vector<OnnxValue>& values, int64_t axis) {
     parts.push_back(reshape(n, v, dims));
   }
   return parts.size() == 1 ? parts[0] : n.op(kernels::concat_op(), {{"axis", axis}}, parts);
+}
+
+std::optional<OnnxValue> optional_input(Node& n, size_t i) {
+  return n.has_input(i) ? std::optional(n.input(i)) : std::nullopt;
+}
+
+void check_unrolled_steps(Node& n, int64_t steps, std::string_view what) {
+  if (steps < 1) n.refuse("an empty sequence");
+  if (steps > kMaxUnrolledSteps) {
+    n.refuse(str_cat(what, " over ", steps, " steps: unrolled, at most ", kMaxUnrolledSteps));
+  }
 }
 
 int64_t known_count(Node& n, size_t i, std::string_view what) {

@@ -33,6 +33,10 @@ OnnxValue ew2(Node& n, const OnnxValue& a, const OnnxValue& b) {
 }
 
 OnnxValue reshape(Node& n, const OnnxValue& x, Ints dims);
+// x[begin:end] along `axis`.
+OnnxValue sliced(Node& n, const OnnxValue& x, int64_t axis, int64_t begin, int64_t end);
+// Slice `at` of x along `axis`, without that axis.
+OnnxValue slice_at(Node& n, const OnnxValue& x, int64_t axis, int64_t at);
 OnnxValue cast(Node& n, const OnnxValue& x, DType dtype);
 // A scalar of x's dtype.
 OnnxValue scalar_like(Node& n, const OnnxValue& x, double value);
@@ -50,9 +54,17 @@ void check_host_count(Node& n, int64_t count, std::string_view what);
 
 // A double from the file as an integer, refused unless it is one that fits.
 int64_t integral(Node& n, double v, std::string_view what);
+// Input i, or nothing when the node omits it.
+std::optional<OnnxValue> optional_input(Node& n, size_t i);
 // Input i as a non-negative integer known at import, at most
 // kMaxHostElements.
 int64_t known_count(Node& n, size_t i, std::string_view what);
+
+// What Tandem's kernels lack runs unrolled at import, a dozen nodes or so a
+// step (GRU without linear_before_reset, LSTM peepholes, Loop, Scan): the
+// steps are bounded so that the graph is.
+inline constexpr int64_t kMaxUnrolledSteps = 4096;
+void check_unrolled_steps(Node& n, int64_t steps, std::string_view what);
 
 // Values of one shape stacked along a new axis `axis` (in [0, rank]);
 // values of different shapes are refused.

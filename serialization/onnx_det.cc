@@ -34,10 +34,6 @@ void convert_det(Node& n) {
     dims.insert(dims.end(), tail.begin(), tail.end());
     return dims;
   };
-  auto cut = [&](const OnnxValue& v, int64_t axis, int64_t begin, int64_t end) {
-    return n.op(kernels::slice_op(),
-                {{"axis", axis}, {"begin", begin}, {"end", end}, {"step", int64_t{1}}}, {v});
-  };
   if (size == 0) {
     return n.set_output(
         0, n.op(kernels::full_op(), {{"shape", batch}, {"dtype", n.dtype(0)}, {"value", 1.0}}, {}));
@@ -50,12 +46,7 @@ void convert_det(Node& n) {
   std::optional<OnnxValue> det;
   for (int64_t k = 0; k < size; ++k) {
     // The pivot: the largest |a[i][k]| for i >= k.
-    const OnnxValue column = reshape(
-        n,
-        cut(n.op(kernels::slice_op(),
-                 {{"axis", columns}, {"begin", k}, {"end", k + 1}, {"step", int64_t{1}}}, {a}),
-            rows, k, size),
-        with({size - k}));
+    const OnnxValue column = sliced(n, slice_at(n, a, columns, k), rows, k, size);
     const OnnxValue best =
         n.op(kernels::argmax_op(), {{"axis", int64_t(batch.size())}, {"keepdims", true}},
              {ew1<ew::Abs>(n, column)});
@@ -71,7 +62,7 @@ void convert_det(Node& n) {
              {a, n.op(kernels::expand_op(), {{"shape", dims_of(xs)}},
                       {reshape(n, perm, with({size, 1}))})});
     const OnnxValue swapped = reshape(n, n.op(kernels::ne_op(), {}, {pivot_row, at_k}), batch);
-    const OnnxValue pivot = reshape(n, cut(cut(a, rows, k, k + 1), columns, k, k + 1), batch);
+    const OnnxValue pivot = slice_at(n, slice_at(n, a, columns, k), rows, k);
     const OnnxValue factor =
         n.op(kernels::where_op(), {}, {swapped, ew1<ew::Neg>(n, pivot), pivot});
     det = det ? ew2<ew::Mul>(n, *det, factor) : factor;
@@ -82,12 +73,12 @@ void convert_det(Node& n) {
     const OnnxValue divisor =
         n.op(kernels::where_op(), {},
              {n.op(kernels::eq_op(), {}, {pivot, zero}), scalar_like(n, pivot, 1), pivot});
-    const OnnxValue below = cut(a, rows, k + 1, size);
+    const OnnxValue below = sliced(n, a, rows, k + 1, size);
     const OnnxValue multiple =
-        ew2<ew::Div>(n, cut(below, columns, k, k + 1), reshape(n, divisor, with({1, 1})));
+        ew2<ew::Div>(n, sliced(n, below, columns, k, k + 1), reshape(n, divisor, with({1, 1})));
     const OnnxValue reduced =
-        ew2<ew::Sub>(n, below, ew2<ew::Mul>(n, multiple, cut(a, rows, k, k + 1)));
-    a = n.op(kernels::concat_op(), {{"axis", rows}}, {cut(a, rows, 0, k + 1), reduced});
+        ew2<ew::Sub>(n, below, ew2<ew::Mul>(n, multiple, sliced(n, a, rows, k, k + 1)));
+    a = n.op(kernels::concat_op(), {{"axis", rows}}, {sliced(n, a, rows, 0, k + 1), reduced});
   }
   n.set_output(0, *det);
 }

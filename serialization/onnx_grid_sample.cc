@@ -27,8 +27,6 @@ struct Axis {
   double low, high;
 };
 
-OnnxValue constant_like(Node& n, const OnnxValue& x, double v) { return scalar_like(n, x, v); }
-
 OnnxValue clipped(Node& n, const OnnxValue& x, double low, double high) {
   return ew1<ew::Clip>(n, x, {{"min", low}, {"max", high}});
 }
@@ -42,14 +40,14 @@ OnnxValue reflected(Node& n, const OnnxValue& x, const Axis& a) {
                 {{"shape", dims_of(n.meta(x).shape)}, {"dtype", n.meta(x).dtype}, {"value", a.low}},
                 {});
   }
-  const OnnxValue z = ew2<ew::Sub>(n, x, constant_like(n, x, a.low));
-  const OnnxValue period = constant_like(n, x, 2 * span);
+  const OnnxValue z = ew2<ew::Sub>(n, x, scalar_like(n, x, a.low));
+  const OnnxValue period = scalar_like(n, x, 2 * span);
   const OnnxValue y =
       ew2<ew::Sub>(n, z, ew2<ew::Mul>(n, period, ew1<ew::Floor>(n, ew2<ew::Div>(n, z, period))));
   const OnnxValue folded = n.op(
       kernels::where_op(), {},
-      {n.op(kernels::le_op(), {}, {y, constant_like(n, y, span)}), y, ew2<ew::Sub>(n, period, y)});
-  return ew2<ew::Add>(n, folded, constant_like(n, x, a.low));
+      {n.op(kernels::le_op(), {}, {y, scalar_like(n, y, span)}), y, ew2<ew::Sub>(n, period, y)});
+  return ew2<ew::Add>(n, folded, scalar_like(n, x, a.low));
 }
 
 // A tap's pixel index along one axis ([N, Ho, Wo], integral floats) and
@@ -64,8 +62,8 @@ TapIndex tap_index(Node& n, const OnnxValue& i, const Axis& a, Padding padding) 
     case Padding::kZeros: {
       const OnnxValue inside =
           n.op(kernels::where_op(), {},
-               {n.op(kernels::ge_op(), {}, {i, constant_like(n, i, 0)}),
-                n.op(kernels::lt_op(), {}, {i, constant_like(n, i, double(a.size))}),
+               {n.op(kernels::ge_op(), {}, {i, scalar_like(n, i, 0)}),
+                n.op(kernels::lt_op(), {}, {i, scalar_like(n, i, double(a.size))}),
                 n.scalar(0, DType::kBool)});
       return {clipped(n, i, 0, double(a.size - 1)), inside};
     }
@@ -82,7 +80,7 @@ TapIndex tap_index(Node& n, const OnnxValue& i, const Axis& a, Padding padding) 
 // .. floor(x) + 2, t = x - floor(x).
 std::vector<OnnxValue> cubic_weights(Node& n, const OnnxValue& t) {
   const double a = -0.75;
-  auto c = [&](double v) { return constant_like(n, t, v); };
+  auto c = [&](double v) { return scalar_like(n, t, v); };
   auto mul = [&](const OnnxValue& p, const OnnxValue& q) { return ew2<ew::Mul>(n, p, q); };
   auto add = [&](const OnnxValue& p, const OnnxValue& q) { return ew2<ew::Add>(n, p, q); };
   auto sub = [&](const OnnxValue& p, const OnnxValue& q) { return ew2<ew::Sub>(n, p, q); };
@@ -125,19 +123,15 @@ void convert_grid_sample(Node& n) {
   const int64_t points = checked_mul(gs[1], gs[2], "the grid's points");
   // The grid's x (width) and y (height) as pixel coordinates, [N, Ho, Wo].
   auto coordinate = [&](int64_t k, int64_t size) {
-    const OnnxValue g = reshape(
-        n,
-        n.op(kernels::slice_op(),
-             {{"axis", int64_t{3}}, {"begin", k}, {"end", k + 1}, {"step", int64_t{1}}}, {grid}),
-        {batch, gs[1], gs[2]});
-    const OnnxValue shifted = ew2<ew::Add>(n, g, constant_like(n, g, 1));
+    const OnnxValue g = slice_at(n, grid, 3, k);
+    const OnnxValue shifted = ew2<ew::Add>(n, g, scalar_like(n, g, 1));
     OnnxValue p =
-        corners ? ew2<ew::Mul>(n, shifted, constant_like(n, g, (size - 1) / 2.0))
+        corners ? ew2<ew::Mul>(n, shifted, scalar_like(n, g, (size - 1) / 2.0))
                 : ew2<ew::Mul>(
                       n,
-                      ew2<ew::Sub>(n, ew2<ew::Mul>(n, shifted, constant_like(n, g, double(size))),
-                                   constant_like(n, g, 1)),
-                      constant_like(n, g, 0.5));
+                      ew2<ew::Sub>(n, ew2<ew::Mul>(n, shifted, scalar_like(n, g, double(size))),
+                                   scalar_like(n, g, 1)),
+                      scalar_like(n, g, 0.5));
     if (mode == "nearest") p = ew1<ew::Round>(n, p);
     const Axis a{size, corners ? 0.0 : -0.5, corners ? size - 1.0 : size - 0.5};
     if (padding == Padding::kBorder) {
@@ -145,13 +139,12 @@ void convert_grid_sample(Node& n) {
       // stay (without align_corners they may lie half a pixel out, where
       // bicubic taps still differ).
       auto beyond = [&](const kernels::OpDef& compare, double edge) {
-        return n.op(compare, {}, {p, constant_like(n, p, edge)});
+        return n.op(compare, {}, {p, scalar_like(n, p, edge)});
       };
-      p = n.op(
-          kernels::where_op(), {},
-          {beyond(kernels::lt_op(), a.low), constant_like(n, p, 0),
-           n.op(kernels::where_op(), {},
-                {beyond(kernels::gt_op(), a.high), constant_like(n, p, double(size - 1)), p})});
+      p = n.op(kernels::where_op(), {},
+               {beyond(kernels::lt_op(), a.low), scalar_like(n, p, 0),
+                n.op(kernels::where_op(), {},
+                     {beyond(kernels::gt_op(), a.high), scalar_like(n, p, double(size - 1)), p})});
     }
     if (padding == Padding::kReflection) p = reflected(n, p, a);
     return std::pair(p, a);
@@ -165,16 +158,16 @@ void convert_grid_sample(Node& n) {
   };
   auto taps = [&](const OnnxValue& p) {
     std::vector<Tap> t;
-    if (mode == "nearest") return std::vector<Tap>{{ew1<ew::Trunc>(n, p), constant_like(n, p, 1)}};
+    if (mode == "nearest") return std::vector<Tap>{{ew1<ew::Trunc>(n, p), scalar_like(n, p, 1)}};
     const OnnxValue base = ew1<ew::Floor>(n, p);
     const OnnxValue frac = ew2<ew::Sub>(n, p, base);
     if (mode == "bilinear") {
-      return std::vector<Tap>{{base, ew2<ew::Sub>(n, constant_like(n, p, 1), frac)},
-                              {ew2<ew::Add>(n, base, constant_like(n, p, 1)), frac}};
+      return std::vector<Tap>{{base, ew2<ew::Sub>(n, scalar_like(n, p, 1), frac)},
+                              {ew2<ew::Add>(n, base, scalar_like(n, p, 1)), frac}};
     }
     const std::vector<OnnxValue> w = cubic_weights(n, frac);
     for (int k = 0; k < 4; ++k) {
-      t.push_back({ew2<ew::Add>(n, base, constant_like(n, p, double(k - 1))), w[size_t(k)]});
+      t.push_back({ew2<ew::Add>(n, base, scalar_like(n, p, double(k - 1))), w[size_t(k)]});
     }
     return t;
   };
@@ -184,14 +177,14 @@ void convert_grid_sample(Node& n) {
     for (const Tap& tx : taps(px)) {
       const TapIndex ix = tap_index(n, tx.at, ax, padding);
       const OnnxValue flat = ew2<ew::Add>(
-          n, ew2<ew::Mul>(n, iy.index, constant_like(n, iy.index, double(width))), ix.index);
+          n, ew2<ew::Mul>(n, iy.index, scalar_like(n, iy.index, double(width))), ix.index);
       const OnnxValue index = n.op(kernels::expand_op(), {{"shape", Ints{batch, channels, points}}},
                                    {reshape(n, cast(n, flat, DType::kInt64), {batch, 1, points})});
       const OnnxValue picked = n.op(kernels::gather_op(), {{"axis", int64_t{2}}}, {flat_x, index});
       OnnxValue weight = ew2<ew::Mul>(n, ty.weight, tx.weight);
       for (const std::optional<OnnxValue>& inside : {iy.inside, ix.inside}) {
         if (inside) {
-          weight = n.op(kernels::where_op(), {}, {*inside, weight, constant_like(n, weight, 0)});
+          weight = n.op(kernels::where_op(), {}, {*inside, weight, scalar_like(n, weight, 0)});
         }
       }
       // Nearest taps outside zeros padding weigh 1 everywhere: a scalar.

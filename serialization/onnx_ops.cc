@@ -499,13 +499,10 @@ OnnxValue scattered(Node& n, const OnnxValue& base, const OnnxValue& indices,
 // them where indices repeat: the indices must be known at import, and each
 // round of distinct ones scales x once.
 OnnxValue multiplied(Node& n, const OnnxValue& x, const OnnxValue& updates) {
-  const Tensor known = n.known(1, "indices (with reduction 'mul')");
-  const Shape is = known.shape();
+  const Ints flat = n.known_ints(1, "indices (with reduction 'mul')");
+  const Shape is = n.shape(1);
   if (is.rank() < 1) n.refuse("indices must have a last axis");
-  const int64_t depth = is[is.rank() - 1], count = is.numel() / std::max<int64_t>(depth, 1);
-  const std::vector<int64_t> flat =
-      kernels::call1(kernels::cast_op(), {known}, {{"dtype", DType::kInt64}}, {})
-          .to_vector<int64_t>();
+  const int64_t depth = is[is.rank() - 1], count = product(dims_of(is), 0, size_t(is.rank() - 1));
   const Ints us = dims_of(n.meta(updates).shape), xs = dims_of(n.meta(x).shape);
   // updates: indices' leading axes, then the slices the tuples name.
   Ints want(is.begin(), is.end() - 1);
@@ -1093,8 +1090,7 @@ OnnxValue convolution(Node& n, const OnnxValue& input, const OnnxValue& weight,
 namespace {
 
 void convert_conv(Node& n) {
-  n.set_output(0, convolution(n, n.input(0), n.input(1),
-                              n.has_input(2) ? std::optional(n.input(2)) : std::nullopt));
+  n.set_output(0, convolution(n, n.input(0), n.input(1), optional_input(n, 2)));
 }
 
 void convert_conv_transpose(Node& n) {
@@ -1807,29 +1803,15 @@ std::optional<int64_t> ignore_index(Node& n) {
 }
 
 void convert_nll(Node& n) {
-  std::optional<OnnxValue> weight;
-  if (n.has_input(2)) weight = n.input(2);
-  n.set_output(0, nll(n, n.input(0), n.input(1), weight, ignore_index(n),
+  n.set_output(0, nll(n, n.input(0), n.input(1), optional_input(n, 2), ignore_index(n),
                       n.attr_string("reduction", "mean")));
 }
 
 void convert_softmax_cross_entropy(Node& n) {
-  std::optional<OnnxValue> weight;
-  if (n.has_input(2)) weight = n.input(2);
   const OnnxValue log_probs = n.op(kernels::log_softmax_op(), {{"axis", int64_t{1}}}, {n.input(0)});
-  n.set_output(0, nll(n, log_probs, n.input(1), weight, ignore_index(n),
+  n.set_output(0, nll(n, log_probs, n.input(1), optional_input(n, 2), ignore_index(n),
                       n.attr_string("reduction", "mean")));
   n.set_output(1, log_probs);
-}
-
-// A recurrence Tandem's kernels lack runs unrolled, a dozen nodes a step:
-// the steps are bounded so that the graph is.
-void check_unrolled_steps(Node& n, int64_t steps, std::string_view what) {
-  constexpr int64_t kMaxUnrolledSteps = 4096;
-  if (steps < 1) n.refuse("an empty sequence");
-  if (steps > kMaxUnrolledSteps) {
-    n.refuse(str_cat(what, " over ", steps, " steps: unrolled, at most ", kMaxUnrolledSteps));
-  }
 }
 
 // RNN, LSTM and GRU: per direction, the input projection as one linear op,
@@ -1850,14 +1832,10 @@ std::pair<OnnxValue, OnnxValue> gru_resetting_before_product(Node& n, const Onnx
   const Shape ps = n.meta(projected).shape;
   const int64_t batch = ps[0], steps = ps[1];
   check_unrolled_steps(n, steps, "linear_before_reset = 0");
-  auto part = [&](const OnnxValue& v, int64_t axis, int64_t begin, int64_t end) {
-    return n.op(kernels::slice_op(),
-                {{"axis", axis}, {"begin", begin}, {"end", end}, {"step", int64_t{1}}}, {v});
-  };
-  const OnnxValue w_rz = part(weight_hh, 0, 0, 2 * hidden),
-                  w_n = part(weight_hh, 0, 2 * hidden, 3 * hidden);
-  const OnnxValue b_rz = part(bias_hh, 0, 0, 2 * hidden),
-                  b_n = part(bias_hh, 0, 2 * hidden, 3 * hidden);
+  const OnnxValue w_rz = sliced(n, weight_hh, 0, 0, 2 * hidden),
+                  w_n = sliced(n, weight_hh, 0, 2 * hidden, 3 * hidden);
+  const OnnxValue b_rz = sliced(n, bias_hh, 0, 0, 2 * hidden),
+                  b_n = sliced(n, bias_hh, 0, 2 * hidden, 3 * hidden);
   OnnxValue h =
       h0 ? *h0
          : n.op(
@@ -1867,13 +1845,13 @@ std::pair<OnnxValue, OnnxValue> gru_resetting_before_product(Node& n, const Onnx
   std::vector<OnnxValue> outputs(static_cast<size_t>(steps));
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t t = reverse ? steps - 1 - s : s;
-    const OnnxValue p = reshape(n, part(projected, 1, t, t + 1), {batch, 3 * hidden});
+    const OnnxValue p = reshape(n, sliced(n, projected, 1, t, t + 1), {batch, 3 * hidden});
     const OnnxValue rz =
-        ew1<ew::Sigmoid>(n, ew2<ew::Add>(n, part(p, 1, 0, 2 * hidden),
+        ew1<ew::Sigmoid>(n, ew2<ew::Add>(n, sliced(n, p, 1, 0, 2 * hidden),
                                          n.op(kernels::linear_op(), {}, {h, w_rz, b_rz})));
-    const OnnxValue r = part(rz, 1, 0, hidden), z = part(rz, 1, hidden, 2 * hidden);
+    const OnnxValue r = sliced(n, rz, 1, 0, hidden), z = sliced(n, rz, 1, hidden, 2 * hidden);
     const OnnxValue candidate = ew1<ew::Tanh>(
-        n, ew2<ew::Add>(n, part(p, 1, 2 * hidden, 3 * hidden),
+        n, ew2<ew::Add>(n, sliced(n, p, 1, 2 * hidden, 3 * hidden),
                         n.op(kernels::linear_op(), {}, {ew2<ew::Mul>(n, r, h), w_n, b_n})));
     // (1 - z) n + z h = n + z (h - n)
     h = ew2<ew::Add>(n, candidate, ew2<ew::Mul>(n, z, ew2<ew::Sub>(n, h, candidate)));
@@ -1900,13 +1878,9 @@ LstmRun lstm_with_peepholes(Node& n, const OnnxValue& projected, const OnnxValue
   const Shape ps = n.meta(projected).shape;
   const int64_t batch = ps[0], steps = ps[1];
   check_unrolled_steps(n, steps, "peepholes");
+  // Gate block `block` of hidden_size values along `axis`.
   auto part = [&](const OnnxValue& v, int64_t axis, int64_t block) {
-    return n.op(kernels::slice_op(),
-                {{"axis", axis},
-                 {"begin", block * hidden},
-                 {"end", (block + 1) * hidden},
-                 {"step", int64_t{1}}},
-                {v});
+    return sliced(n, v, axis, block * hidden, (block + 1) * hidden);
   };
   const OnnxValue p_i = part(peepholes, 0, 0), p_o = part(peepholes, 0, 1),
                   p_f = part(peepholes, 0, 2);
@@ -1919,12 +1893,7 @@ LstmRun lstm_with_peepholes(Node& n, const OnnxValue& projected, const OnnxValue
   std::vector<OnnxValue> outputs(static_cast<size_t>(steps));
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t t = reverse ? steps - 1 - k : k;
-    const OnnxValue step =
-        reshape(n,
-                n.op(kernels::slice_op(),
-                     {{"axis", int64_t{1}}, {"begin", t}, {"end", t + 1}, {"step", int64_t{1}}},
-                     {projected}),
-                {batch, 4 * hidden});
+    const OnnxValue step = slice_at(n, projected, 1, t);
     const OnnxValue gates =
         ew2<ew::Add>(n, step, n.op(kernels::linear_op(), {}, {h, weight_hh, bias_hh}));
     auto peeped = [&](int64_t block, const OnnxValue& p, const OnnxValue& cell) {

@@ -18,10 +18,6 @@
 namespace tandem::serialization::onnx_convert {
 namespace {
 
-std::optional<OnnxValue> optional_input(Node& n, size_t i) {
-  return n.has_input(i) ? std::optional(n.input(i)) : std::nullopt;
-}
-
 void check_uint8(Node& n, const OnnxValue& v, std::string_view what) {
   const DType dtype = n.meta(v).dtype;
   if (dtype != DType::kUInt8) {

@@ -85,11 +85,7 @@ void convert_roi_align(Node& n) {
       "the samples");
   const double scale = n.attr_float("spatial_scale", 1.0);
   auto coordinate = [&](int64_t k) {
-    const OnnxValue v = reshape(
-        n,
-        n.op(kernels::slice_op(),
-             {{"axis", int64_t{1}}, {"begin", k}, {"end", k + 1}, {"step", int64_t{1}}}, {rois}),
-        {regions, 1, 1});
+    const OnnxValue v = reshape(n, sliced(n, rois, 1, k, k + 1), {regions, 1, 1});
     return ew2<ew::Sub>(n, ew2<ew::Mul>(n, v, scalar_like(n, v, scale)),
                         scalar_like(n, v, half_pixel ? 0.5 : 0.0));
   };
@@ -99,8 +95,8 @@ void convert_roi_align(Node& n) {
     return ew2<ew::Div>(n, e, scalar_like(n, e, double(bins)));
   };
   const OnnxValue x0 = coordinate(0), y0 = coordinate(1), x1 = coordinate(2), y1 = coordinate(3);
-  AxisSamples ys = samples(n, y0, extent(y0, y1, out_h), out_h, ratio, height);
-  AxisSamples xsamp = samples(n, x0, extent(x0, x1, out_w), out_w, ratio, width);
+  AxisSamples along_y = samples(n, y0, extent(y0, y1, out_h), out_h, ratio, height);
+  AxisSamples along_x = samples(n, x0, extent(x0, x1, out_w), out_w, ratio, width);
   // y things as [R, out_h, ratio, 1, 1], x things as [R, 1, 1, out_w, ratio].
   auto as_rows = [&](const OnnxValue& v) { return reshape(n, v, {regions, out_h, ratio, 1, 1}); };
   auto as_columns = [&](const OnnxValue& v) {
@@ -109,7 +105,7 @@ void convert_roi_align(Node& n) {
   const OnnxValue valid =
       cast(n,
            n.op(kernels::where_op(), {},
-                {as_rows(ys.valid), as_columns(xsamp.valid), n.scalar(0, DType::kBool)}),
+                {as_rows(along_y.valid), as_columns(along_x.valid), n.scalar(0, DType::kBool)}),
            n.dtype(0));
   // Each region's image: its first pixel's row in X as [N * H * W, C].
   const OnnxValue images =
@@ -120,9 +116,10 @@ void convert_roi_align(Node& n) {
               {checked_mul(batch, height * width, "X's pixels"), channels});
   const OnnxValue row_stride = n.scalar(double(width), DType::kInt64);
   std::optional<OnnxValue> sum;
-  for (const auto& [row, w_row] : {std::pair(ys.low, ys.w_low), std::pair(ys.high, ys.w_high)}) {
+  for (const auto& [row, w_row] :
+       {std::pair(along_y.low, along_y.w_low), std::pair(along_y.high, along_y.w_high)}) {
     for (const auto& [column, w_column] :
-         {std::pair(xsamp.low, xsamp.w_low), std::pair(xsamp.high, xsamp.w_high)}) {
+         {std::pair(along_x.low, along_x.w_low), std::pair(along_x.high, along_x.w_high)}) {
       const OnnxValue at = ew2<ew::Add>(
           n, images,
           ew2<ew::Add>(n, ew2<ew::Mul>(n, as_rows(row), row_stride), as_columns(column)));

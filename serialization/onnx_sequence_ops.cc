@@ -87,9 +87,7 @@ void convert_split_to_sequence(Node& n) {
   std::vector<OnnxValue> pieces;
   int64_t at = 0;
   for (int64_t size : sizes) {
-    OnnxValue piece =
-        n.op(kernels::slice_op(),
-             {{"axis", axis}, {"begin", at}, {"end", at + size}, {"step", int64_t{1}}}, {x});
+    OnnxValue piece = sliced(n, x, axis, at, at + size);
     if (squeeze) {
       Ints dims = dims_of(xs);
       dims.erase(dims.begin() + axis);

@@ -121,16 +121,8 @@ Complex parts_of(Node& n, const OnnxValue& x) {
     n.refuse(str_cat("the signal's last axis must hold 1 (real) or 2 (complex) values, shape ",
                      s.to_string()));
   }
-  Ints dims = dims_of(s);
-  dims.pop_back();
-  auto part = [&](int64_t k) {
-    return reshape(n,
-                   n.op(kernels::slice_op(),
-                        {{"axis", last}, {"begin", k}, {"end", k + 1}, {"step", int64_t{1}}}, {x}),
-                   dims);
-  };
-  if (s[int(last)] == 1) return {part(0), std::nullopt};
-  return {part(0), part(1)};
+  if (s[int(last)] == 1) return {slice_at(n, x, last, 0), std::nullopt};
+  return {slice_at(n, x, last, 0), slice_at(n, x, last, 1)};
 }
 
 // [..., re/im] from the two parts.
@@ -146,9 +138,7 @@ OnnxValue fitted(Node& n, const OnnxValue& v, int64_t axis, int64_t length) {
   const Shape s = n.meta(v).shape;
   const int64_t have = s[int(axis)];
   if (have > length) {
-    return n.op(kernels::slice_op(),
-                {{"axis", axis}, {"begin", int64_t{0}}, {"end", length}, {"step", int64_t{1}}},
-                {v});
+    return sliced(n, v, axis, 0, length);
   }
   if (have == length) return v;
   Ints pads(size_t(2 * s.rank()), 0);
