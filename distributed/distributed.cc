@@ -14,6 +14,7 @@
 #include "core/profiler.h"
 #include "kernels/communicator.h"
 
+#include "distributed/join_world.h"
 #include "distributed/mpi_communicator.h"
 
 namespace tandem::distributed {
@@ -29,6 +30,8 @@ struct World {
   bool finalized = false;
   int rank = 0;
   int size = 1;
+  // MPI_COMM_WORLD, or the world joined without mpirun (join_world.h).
+  MPI_Comm comm = MPI_COMM_WORLD;
   std::chrono::milliseconds timeout{0};
   int next_group = 1;
   absl::flat_hash_map<int, Group> groups;
@@ -74,6 +77,13 @@ void init(InitOptions options) {
   const std::chrono::milliseconds timeout = timeout_from(options);
   int already = 0;
   MPI_Initialized(&already);
+  // Without mpirun's environment, TANDEM_RANK and its siblings say how to
+  // find the other ranks (Note [Joining without mpirun]).
+  const std::optional<LaunchEnvironment> launch = launch_environment();
+  std::unique_ptr<WorldJoin> join;
+  if (!already && launch && launch->world_size > 1 && !started_by_mpi_launcher()) {
+    join = std::make_unique<WorldJoin>(*launch, timeout);
+  }
   int provided = MPI_THREAD_SINGLE;
   if (!already) {
     TANDEM_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) == MPI_SUCCESS,
@@ -85,14 +95,19 @@ void init(InitOptions options) {
                "this MPI library does not support MPI_THREAD_MULTIPLE (it gave level ", provided,
                "), which Tandem's communication threads need");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  if (join) w.comm = join->connect();
+  MPI_Comm_rank(w.comm, &w.rank);
+  MPI_Comm_size(w.comm, &w.size);
+  TANDEM_CHECK(!launch || (launch->rank == w.rank && launch->world_size == w.size),
+               "TANDEM_RANK=", launch ? launch->rank : 0,
+               " and TANDEM_WORLD_SIZE=", launch ? launch->world_size : 0,
+               " contradict the MPI launcher's rank ", w.rank, " of ", w.size);
   w.timeout = timeout;
   if (w.size > 1) {
     // Each rank's timeline in a file of its own, named by its rank.
     profiler::set_process(w.rank, str_cat("rank ", w.rank), str_cat("rank", w.rank));
   }
-  auto communicator = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, 0, timeout);
+  auto communicator = std::make_shared<MpiCommunicator>(w.comm, 0, timeout);
   w.groups[0] = Group{communicator};
   kernels::install_communicator(0, communicator);
   w.initialized = true;
@@ -127,7 +142,10 @@ void finalize() {
   w.finalized = true;
   // MPI_Finalize would wait forever for a collective whose ranks never
   // came: leave MPI to the process's exit then.
-  if (!stuck) MPI_Finalize();
+  if (!stuck) {
+    if (w.comm != MPI_COMM_WORLD) MPI_Comm_free(&w.comm);
+    MPI_Finalize();
+  }
   if (pending_failure) std::rethrow_exception(pending_failure);
 }
 
@@ -170,11 +188,11 @@ ProcessGroup new_group(const std::vector<int>& ranks, std::chrono::milliseconds 
     if (r == w.rank) my_position = static_cast<int>(i);
   }
   TANDEM_CHECK(!ranks.empty(), "new_group: no ranks given");
-  // Wait for the world's pending collectives: MPI_Comm_split is one too, on
-  // MPI_COMM_WORLD, which no communication thread uses.
+  // MPI_Comm_split is a collective of the world's communicator, which no
+  // communication thread uses (each has its duplicate).
   MPI_Comm split = MPI_COMM_NULL;
   const int code =
-      MPI_Comm_split(MPI_COMM_WORLD, my_position >= 0 ? 0 : MPI_UNDEFINED, my_position, &split);
+      MPI_Comm_split(w.comm, my_position >= 0 ? 0 : MPI_UNDEFINED, my_position, &split);
   TANDEM_CHECK(code == MPI_SUCCESS, "new_group: MPI_Comm_split failed");
   const int id = w.next_group++;
   Group group;

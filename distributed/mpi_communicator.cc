@@ -23,13 +23,6 @@ constexpr int kArrivalTag = 7;
 constexpr int64_t kReadAnnouncementsEvery = 64;
 constexpr int kPollMicros = 50;
 
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return str_cat("MPI error ", code);
-  return std::string(text, static_cast<size_t>(length));
-}
-
 // The MPI type of a reduction's elements; other dtypes travel as bytes.
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
@@ -75,6 +68,13 @@ void divide(const Tensor& t, int size) {
 }
 
 }  // namespace
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return str_cat("MPI error ", code);
+  return std::string(text, static_cast<size_t>(length));
+}
 
 struct MpiCommunicator::State {
   struct Pending {

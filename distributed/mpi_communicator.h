@@ -36,6 +36,9 @@
 
 namespace tandem::distributed {
 
+// MPI's text for an error code it returned.
+std::string mpi_error_text(int code);
+
 class MpiCommunicator final : public kernels::Communicator {
  public:
   // Duplicates `comm` (a collective call over it); `group`: the group's
