@@ -14,6 +14,7 @@
 #include "core/profiler.h"
 #include "kernels/communicator.h"
 
+#include "distributed/host_cpus.h"
 #include "distributed/join_world.h"
 #include "distributed/mpi_communicator.h"
 
@@ -95,7 +96,10 @@ void init(InitOptions options) {
                "this MPI library does not support MPI_THREAD_MULTIPLE (it gave level ", provided,
                "), which Tandem's communication threads need");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  if (join) w.comm = join->connect();
+  if (join) {
+    w.comm = join->connect();
+    share_host_cpus(w.comm);
+  }
   MPI_Comm_rank(w.comm, &w.rank);
   MPI_Comm_size(w.comm, &w.size);
   TANDEM_CHECK(!launch || (launch->rank == w.rank && launch->world_size == w.size),

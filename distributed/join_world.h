@@ -50,6 +50,7 @@ std::optional<LaunchEnvironment> launch_environment();
 
 // Whether mpirun (or another launcher speaking MPI's process management)
 // started this process, in which case MPI_Init finds the world by itself.
+// Only before MPI_Init: a singleton start sets PMIX_RANK too.
 bool started_by_mpi_launcher();
 
 class WorldJoin {

@@ -13,21 +13,6 @@
 namespace tandem::kernels {
 namespace {
 
-// The CPUs in the process's affinity mask, in increasing order, as the first
-// caller saw it (before any thread was bound).
-const std::vector<int>& allowed_cpus() {
-  static const std::vector<int> cpus = [] {
-    std::vector<int> result;
-    cpu_set_t mask;
-    if (sched_getaffinity(0, sizeof mask, &mask) != 0) return result;
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (CPU_ISSET(cpu, &mask)) result.push_back(cpu);
-    }
-    return result;
-  }();
-  return cpus;
-}
-
 void bind_this_thread(int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);
@@ -41,7 +26,27 @@ bool is_set(const char* name) {
   return value != nullptr && *value != '\0';
 }
 
+// Note [A team no larger than its CPUs]: OpenMP sized its teams from the
+// mask the process started with; a worker that may now run on fewer CPUs
+// (distributed::init shares a host's CPUs among its ranks) gets a team of
+// that many threads, unless the user chose OMP_NUM_THREADS.
+void fit_team(size_t cpus) {
+  if (!is_set("OMP_NUM_THREADS") && cpus > 0 && static_cast<size_t>(omp_get_max_threads()) > cpus) {
+    omp_set_num_threads(static_cast<int>(cpus));
+  }
+}
+
 }  // namespace
+
+std::vector<int> cpus_of_this_thread() {
+  std::vector<int> result;
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return result;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mask)) result.push_back(cpu);
+  }
+  return result;
+}
 
 bool team_binding_enabled() {
   if (const char* text = std::getenv("TANDEM_BIND_THREADS")) {
@@ -57,8 +62,9 @@ void bind_team_to_cores(int worker) {
   thread_local bool done = false;
   if (done || worker < 0) return;
   done = true;
+  const std::vector<int> cpus = cpus_of_this_thread();
+  fit_team(cpus.size());
   static const bool enabled = team_binding_enabled();
-  const std::vector<int>& cpus = allowed_cpus();
   if (!enabled || cpus.size() < 2) return;
   // The full team, so that OpenMP creates every helper it will ever use for
   // this worker now, while the worker is still unbound: a helper created

@@ -15,10 +15,19 @@
 //
 // So the first all-cores kernel on a worker binds the team: OpenMP thread t
 // of worker w runs on allowed CPU (w + t) mod n, where the allowed CPUs are
-// those of the process's affinity mask. The frontend and every thread the
-// user creates stay unbound, so the scheduler keeps them off the cores the
-// team is using where it can. The binding is done once per worker; OpenMP
-// reuses the same helper threads for each later region of that worker.
+// those of the worker's affinity mask (the process's, unless
+// distributed::init gave this process a share of its host's CPUs). The frontend and every thread
+// the user creates stay unbound, so the scheduler keeps them off the cores the team is using where
+// it can. The binding is done once per worker; OpenMP reuses the same helper threads for each later
+// region of that worker.
+//
+// Note [A team no larger than its CPUs]
+// OpenMP sizes its teams once, from the mask the process started with. When
+// the mask narrows later (ranks started without mpirun share a host's CPUs,
+// Note [Ranks sharing a host] in distributed/host_cpus.h), a team of the
+// old size would put several spinning threads on each CPU. So the same
+// first kernel also caps the worker's team at its CPUs, unless the user set
+// OMP_NUM_THREADS; that holds with binding off too.
 //
 // Not bound: the naive engine's kernels (they run on the user's thread,
 // RunContext::kPushingThread), processes whose OpenMP placement the user set
@@ -27,10 +36,18 @@
 // was: binding is a placement hint, never a reason to fail an op.
 #pragma once
 
+#include <vector>
+
 namespace tandem::kernels {
 
-// Binds the calling worker and its OpenMP team as the Note says, once per
-// thread; a no-op for `worker` < 0 or when binding is off. Call it from the
+// The CPUs the calling thread may run on (its affinity mask), in increasing
+// order. A worker inherits the mask of the thread that started the engine,
+// which is never bound: the process's CPUs, or the share distributed::init
+// gave it.
+std::vector<int> cpus_of_this_thread();
+
+// Sizes and binds the calling worker's OpenMP team as the Notes say, once
+// per thread; a no-op for `worker` < 0, and no binding when it is off. Call it from the
 // engine worker that is about to run an all-cores kernel.
 void bind_team_to_cores(int worker);
 

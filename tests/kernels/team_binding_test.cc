@@ -30,17 +30,6 @@ using tandem::testing::ScopedEnv;
 using ::testing::HasSubstr;
 using testing::random_tensor;
 
-// The CPUs the calling thread may run on.
-std::vector<int> cpus_of_this_thread() {
-  cpu_set_t mask;
-  EXPECT_EQ(sched_getaffinity(0, sizeof mask, &mask), 0);
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 // Runs bind_team_to_cores(worker) on a fresh thread, then one parallel
 // region there, and returns the CPUs each OpenMP thread of it may run on,
 // by thread number.
@@ -104,6 +93,27 @@ TEST_F(TeamBindingTest, EngineWorkerIsBoundByAnAllCoresKernel) {
   engine::current().wait_all();
   EXPECT_EQ(worker_cpus, std::vector<int>{allowed_[0]});
   EXPECT_EQ(cpus_of_this_thread(), allowed_);
+}
+
+// Verifies Note [A team no larger than its CPUs]: a worker whose mask has
+// narrowed to one CPU since the process started runs teams of one thread,
+// unless OMP_NUM_THREADS says otherwise.
+TEST_F(TeamBindingTest, ATeamShrinksToItsWorkersCpus) {
+  if (omp_get_max_threads() < 2) GTEST_SKIP() << "OpenMP runs one thread here anyway";
+  for (const char* user_choice : {static_cast<const char*>(nullptr), "2"}) {
+    ScopedEnv threads_variable("OMP_NUM_THREADS", user_choice);
+    int before = 0, after = 0;
+    std::thread([&] {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(allowed_[1], &one);
+      ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+      before = omp_get_max_threads();
+      bind_team_to_cores(0);
+      after = omp_get_max_threads();
+    }).join();
+    EXPECT_EQ(after, user_choice == nullptr ? 1 : before) << "OMP_NUM_THREADS " << user_choice;
+  }
 }
 
 // Verifies the switches: TANDEM_BIND_THREADS=0 and OpenMP's own placement
