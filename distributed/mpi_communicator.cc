@@ -91,7 +91,7 @@ struct MpiCommunicator::State {
 
   std::mutex mu;                  // Guards everything below up to the threads.
   std::condition_variable wake;   // The communication thread: work, or stop.
-  std::condition_variable watch;  // The watchdog: a collective began or ended, or stop.
+  std::condition_variable watch;  // The watchdog: stop.
   std::deque<Pending> queue;
   std::atomic<int> queued{0};  // queue.size(), for polling without the lock.
   bool stopping = false;
@@ -265,7 +265,6 @@ void MpiCommunicator::State::execute(Pending& pending) {
     deadline = Clock::now() + timeout;
     current = std::move(pending.done);
     current_kind = call.kind;
-    watch.notify_one();
   }
   int code = MPI_SUCCESS;
   std::exception_ptr refused;
@@ -279,7 +278,6 @@ void MpiCommunicator::State::execute(Pending& pending) {
     std::lock_guard lock(mu);
     armed = false;
     done = std::move(current);  // Empty if the watchdog has failed it.
-    watch.notify_one();
   }
   // The peers' announcements wait in MPI's queue of unexpected messages;
   // reading them now and then keeps it short (and the watchdog reads them
@@ -318,15 +316,16 @@ void MpiCommunicator::State::execute(Pending& pending) {
 
 void MpiCommunicator::State::watch_deadlines() {
   std::unique_lock lock(mu);
+  // It looks now and then (Note [A collective that does not finish]).
+  const auto every = std::clamp<std::chrono::milliseconds>(
+      timeout / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
   for (;;) {
-    watch.wait(lock, [&] { return stopping || armed; });
-    if (stopping) return;
+    if (watch.wait_for(lock, every, [&] { return stopping; })) return;
+    // Not armed: no collective inside MPI; no Completion: this one has
+    // already failed, its thread still inside MPI.
+    if (!armed || !current || Clock::now() < deadline) continue;
     const int64_t number = sequence;
     const std::string_view name = kernels::collective_name(current_kind);
-    if (watch.wait_until(lock, deadline,
-                         [&] { return stopping || !armed || sequence != number; })) {
-      continue;
-    }
     // The collective is past its deadline: fail it, and the group with it.
     engine::Completion done = std::move(current);
     lock.unlock();

@@ -13,7 +13,11 @@
 // Note [A collective that does not finish]
 // MPI cannot cancel a collective, and a peer that has died or stopped
 // calling leaves the others waiting forever. A watchdog thread therefore
-// gives each collective the group's timeout; past it, the watchdog fails the
+// gives each collective the group's timeout. It looks every twentieth of
+// the timeout (10 ms to 1 s), so a collective fails up to that much after
+// its deadline: told of each collective instead, it cost two wake-ups of
+// another thread per collective, and an all-reduce of 4 KB took 25 us
+// instead of 11.5 on this 2-core VM. Past the deadline, the watchdog fails the
 // collective with an Error naming it (op, sequence number, group) and the
 // ranks that did not arrive, and the communicator is broken: every later
 // collective of the group fails at once with the same message. The
