@@ -118,6 +118,8 @@ void init(InitOptions options) {
   static FinalizeAtExit finalize_at_exit;
 }
 
+bool launched_as_rank() { return started_by_mpi_launcher() || launch_environment().has_value(); }
+
 bool is_initialized() {
   std::lock_guard lock(world().mu);
   return world().initialized && !world().finalized;

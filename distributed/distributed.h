@@ -33,6 +33,11 @@ struct InitOptions {
 // thread support. finalize() runs at exit if the program did not call it.
 void init(InitOptions options = {});
 bool is_initialized();
+// Whether a launcher started this process as one rank of a world: mpirun's
+// environment, or TANDEM_RANK and TANDEM_WORLD_SIZE (Note [Joining without
+// mpirun] in join_world.h). Meaningful before init(); a program that serves
+// both ways (tools/tandem-run) calls init() when it is true.
+bool launched_as_rank();
 // Waits for every pending op, stops the groups' threads and ends MPI; no
 // collective may run afterwards. Idempotent.
 void finalize();

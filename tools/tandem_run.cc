@@ -10,6 +10,17 @@
 // --repeat N times N more calls and prints the latency distribution. A bad
 // model or input file is a one-line error and exit status 1; bad arguments,
 // usage and status 2.
+//
+// Started by mpirun, or with TANDEM_RANK and its siblings
+// (distributed/distributed.h), it runs as one rank of a world, for graphs
+// that hold collectives (all_reduce, ...; a hybridized step of a
+// data-parallel program):
+//
+//   mpirun -np 2 tandem-run step.json --input x=shard{rank}.npy --output out/
+//
+// "{rank}" in an --input path is this process's rank, and each rank writes
+// its outputs under DIR/rank<N>/. Without a launcher such a graph is
+// refused at load, since its process group does not exist.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +36,8 @@
 #include "serialization/model.h"
 #include "serialization/npy.h"
 #include "serialization/onnx_import.h"
+
+#include "distributed/distributed.h"
 
 namespace {
 
@@ -43,10 +56,11 @@ struct Arguments {
   std::cerr << "usage: tandem-run MODEL.json|MODEL.onnx [--input NAME=FILE.npy]... "
                "[--known NAME=FILE.npy]... [--output DIR] [--repeat N]\n"
                "  --input   a model input from a NumPy .npy file (NAME= may be left out\n"
-               "            when the model has one input)\n"
+               "            when the model has one input; {rank}: this process's rank)\n"
                "  --known   NAME=FILE.npy: an ONNX input fixed at import (one an op needs as\n"
                "            a value, such as a Reshape's shape); the model no longer takes it\n"
-               "  --output  write each output as DIR/<output name>.npy\n"
+               "  --output  write each output as DIR/<output name>.npy (DIR/rank<N>/ on\n"
+               "            each rank of a world, for a model that holds collectives)\n"
                "  --repeat  time N more calls and print the latency distribution\n";
   std::exit(2);
 }
@@ -98,6 +112,15 @@ Arguments parse_arguments(int argc, char** argv) {
   return args;
 }
 
+// `path` with each "{rank}" replaced by `rank`.
+std::string for_rank(std::string path, int rank) {
+  const std::string placeholder = "{rank}";
+  for (size_t at; (at = path.find(placeholder)) != std::string::npos;) {
+    path.replace(at, placeholder.size(), std::to_string(rank));
+  }
+  return path;
+}
+
 std::string spec_text(const tandem::LoadedModel::TensorSpec& spec) {
   return spec.name + ": " + std::string(tandem::dtype_name(spec.dtype)) + spec.shape_text();
 }
@@ -146,6 +169,17 @@ void print_summary(const std::string& name, const Tensor& t) {
 }
 
 int run(const Arguments& args) {
+  // One rank of a world: the world exists before the graph that names its
+  // process group is loaded.
+  int rank = 0;
+  std::filesystem::path output_dir = args.output_dir;
+  if (tandem::distributed::launched_as_rank()) {
+    tandem::distributed::init();
+    rank = tandem::distributed::rank();
+    const int size = tandem::distributed::world_size();
+    if (size > 1 && !output_dir.empty()) output_dir /= "rank" + std::to_string(rank);
+    std::printf("rank %d of %d\n", rank, size);
+  }
   tandem::LoadedModel model =
       args.model.ends_with(".onnx") ? tandem::import_onnx(args.model) : tandem::load(args.model);
   // The names come from the model file: each must stay inside DIR.
@@ -166,7 +200,7 @@ int run(const Arguments& args) {
     auto it = unused.find(spec.name);
     if (it == unused.end() && model.inputs().size() == 1) it = unused.find("");
     if (it == unused.end()) usage("missing --input " + spec.name + "=FILE.npy");
-    inputs.push_back(tandem::serialization::read_npy(it->second));
+    inputs.push_back(tandem::serialization::read_npy(for_rank(it->second, rank)));
     unused.erase(it);
   }
   if (!unused.empty()) {
@@ -176,10 +210,10 @@ int run(const Arguments& args) {
   std::vector<Tensor> outputs = model.run(inputs);
   std::printf("outputs\n");
   for (size_t o = 0; o < outputs.size(); ++o) print_summary(model.outputs()[o].name, outputs[o]);
-  if (!args.output_dir.empty()) {
-    std::filesystem::create_directories(args.output_dir);
+  if (!output_dir.empty()) {
+    std::filesystem::create_directories(output_dir);
     for (size_t o = 0; o < outputs.size(); ++o) {
-      auto path = std::filesystem::path(args.output_dir) / output_files[o];
+      auto path = output_dir / output_files[o];
       tandem::serialization::write_npy(path.string(), outputs[o]);
       std::printf("  wrote %s\n", path.string().c_str());
     }
