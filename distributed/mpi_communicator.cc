@@ -14,6 +14,10 @@
 #include "core/error.h"
 #include "core/profiler.h"
 
+#ifdef TANDEM_WITH_CUDA
+#include "distributed/nccl_collectives.h"
+#endif
+
 namespace tandem::distributed {
 namespace {
 
@@ -110,6 +114,10 @@ struct MpiCommunicator::State {
   std::thread watchdog;
   bool stuck = false;  // Set by stop().
 
+#ifdef TANDEM_WITH_CUDA
+  std::unique_ptr<NcclCollectives> gpu;  // Note [Collectives of GPU tensors].
+#endif
+
   std::mutex arrivals_mu;                // Guards the announcements.
   std::vector<int64_t> peer_started;     // The latest each peer announced.
   std::vector<int64_t> announce_buffer;  // One per peer, alive while its send is.
@@ -147,6 +155,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int group, std::chrono::millisec
   s.peer_started.assign(static_cast<size_t>(s.size), 0);
   s.announce_buffer.assign(static_cast<size_t>(s.size), 0);
   s.announce_request.assign(static_cast<size_t>(s.size), MPI_REQUEST_NULL);
+#ifdef TANDEM_WITH_CUDA
+  s.gpu = std::make_unique<NcclCollectives>(comm, group);
+#endif
   s.thread = std::thread([&s] { s.loop(); });
   s.watchdog = std::thread([&s] { s.watch_deadlines(); });
 }
@@ -206,7 +217,18 @@ void MpiCommunicator::stop() {
   if (!s.stuck) {
     MPI_Comm_free(&s.data);
     MPI_Comm_free(&s.arrivals);
+#ifdef TANDEM_WITH_CUDA
+    s.gpu->stop();
+#endif
   }
+}
+
+void MpiCommunicator::launch(const kernels::CollectiveCall& call, int device, void* stream) {
+#ifdef TANDEM_WITH_CUDA
+  state_->gpu->launch(call, device, stream);
+#else
+  kernels::Communicator::launch(call, device, stream);
+#endif
 }
 
 void MpiCommunicator::State::loop() {

@@ -55,6 +55,8 @@ class MpiCommunicator final : public kernels::Communicator {
   int rank() const override;
   int size() const override;
   void start(kernels::CollectiveCall call, engine::Completion done) override;
+  // CUDA tensors through NCCL (nccl_collectives.h) in a build with CUDA.
+  void launch(const kernels::CollectiveCall& call, int device, void* stream) override;
 
   // Finishes the collectives already started, stops the thread and frees
   // the MPI communicators (before MPI_Finalize). Idempotent.

@@ -50,8 +50,17 @@ engine::Var* collective_order_var() {
   return var;
 }
 
+void Communicator::launch(const CollectiveCall& call, int device, void* /*stream*/) {
+  TANDEM_CHECK(false, collective_name(call.kind), " of tensors on cuda:", device,
+               ": this process group has no GPU communicator (a build without CUDA)");
+}
+
 void run_collective(Communicator& communicator, CollectiveCall call,
                     const engine::RunContext& run) {
+  if (run.device.is_cuda()) {
+    communicator.launch(call, run.device.index(), run.stream);
+    return;
+  }
   if (run.deferral != nullptr) {
     communicator.start(std::move(call), run.deferral->defer());
     return;

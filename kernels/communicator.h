@@ -2,20 +2,22 @@
 // reduce_scatter; kernels/ops/collective.cc) reach the other processes.
 //
 // kernels/ knows only this interface. distributed/ implements it over MPI
-// and installs one communicator per process group; a graph's collective
-// nodes name their group by number, so a traced training step replays its
-// all-reduces like any other node, and a graph loaded in another program
-// talks to that program's group of the same number.
+// (CPU tensors) and NCCL (CUDA tensors) and installs one communicator per
+// process group; a graph's collective nodes name their group by number, so
+// a traced training step replays its all-reduces like any other node, and a
+// graph loaded in another program talks to that program's group of the same
+// number.
 //
 // Note [Collectives run in program order]
 // MPI requires every process to start the collectives of a communicator in
 // the same order. Each process pushes them in program order, which is the
 // same on every rank of a data-parallel program; the engine keeps that
-// order because every collective op also writes one var,
+// order because every collective op on the CPU also writes one var,
 // collective_order_var(), so each starts only once the one pushed before it
-// has finished. They still overlap with everything else: a collective
-// finishes later (Note [Ops that finish later] in core/engine/engine.h),
-// and the worker runs backward's kernels meanwhile.
+// has finished. A GPU collective needs no such var: the device's one worker
+// enqueues its ops on one stream in push order. They still overlap with everything else: a
+// collective finishes later (Note [Ops that finish later] in core/engine/engine.h), and the worker
+// runs backward's kernels meanwhile.
 #pragma once
 
 #include <memory>
@@ -60,6 +62,12 @@ class Communicator {
   // Carries out `call` and then calls `done` (with the Error that stopped
   // it, if any), from any thread, possibly before returning.
   virtual void start(CollectiveCall call, engine::Completion done) = 0;
+  // A collective of tensors on CUDA device `device`: enqueued on `stream`
+  // (the op's cudaStream_t) behind the work already there, and returns
+  // without waiting, as every GPU op does (Note [GPU ops complete at launch]
+  // in core/engine/threaded_engine.cc). By default an Error: a communicator
+  // without GPU support.
+  virtual void launch(const CollectiveCall& call, int device, void* stream);
 };
 
 // The process groups of this process, by number; 0 is the whole world.
@@ -72,7 +80,8 @@ std::shared_ptr<Communicator> communicator(int group);
 // See Note [Collectives run in program order]; lives as long as the process.
 engine::Var* collective_order_var();
 
-// Runs `call` on `communicator` inside an op's function: finishing later
+// Runs `call` on `communicator` inside an op's function: on a GPU, enqueued
+// on the op's stream (Communicator::launch); on the CPU, finishing later
 // where the engine lets the op (run.deferral), else waiting here.
 void run_collective(Communicator& communicator, CollectiveCall call, const engine::RunContext& run);
 

@@ -158,7 +158,7 @@ fi
 
 # ---- 4. Build ----------------------------------------------------------------------------------
 # The suites that hold GPU tests (grep -rn cuda tests/) and the benchmark.
-SUITES=(kernels_tests eager_tests trace_tests)
+SUITES=(kernels_tests eager_tests trace_tests distributed_tests)
 step "build (${SUITES[*]} bench_cuda, -j$JOBS)"
 if ! cmake --build "$BUILD" -j "$JOBS" --target "${SUITES[@]}" bench_cuda > "$LOGS/build.log" 2>&1; then
   grep -E "error|FAILED" "$LOGS/build.log" | head -30
@@ -174,7 +174,13 @@ declare -A FILTER=(
   [kernels_tests]='*_cuda*:*Cuda*:*CUDA*:*Cublas*'
   [eager_tests]='*_cuda*:*Cuda*:*CUDA*:ModuleTo*:OptimizerDevice*:DataLoaderPinMemory*'
   [trace_tests]='*_cuda*:*Cuda*:*CUDA*'
+  [distributed_tests]='Gpu*'
 )
+# distributed_tests is one process per rank: one rank per GPU, under mpirun
+# (distributed/nccl_collectives.h).
+GPUS=$(nvidia-smi --list-gpus 2> /dev/null | wc -l)
+(( GPUS > 0 )) || GPUS=1
+declare -A LAUNCH=([distributed_tests]="mpirun --allow-run-as-root --oversubscribe -np $GPUS")
 TEST_ROWS=()
 TESTS_FAILED=0
 # "[  PASSED  ] 12 tests." -> 12; 0 when the line is missing.
@@ -182,7 +188,8 @@ count() { grep -E "^\[  $1 *\] [0-9]+ test" "$2" | head -1 | sed -E 's/[^]]*\] (
 for suite in "${SUITES[@]}"; do
   step "$suite --gtest_filter='${FILTER[$suite]}'"
   log="$LOGS/$suite.log"
-  timeout 150 "$BUILD/tests/$suite" --gtest_filter="${FILTER[$suite]}" > "$log" 2>&1
+  # shellcheck disable=SC2086  # The launcher is words.
+  timeout 150 ${LAUNCH[$suite]:-} "$BUILD/tests/$suite" --gtest_filter="${FILTER[$suite]}" > "$log" 2>&1
   rc=$?
   passed=$(count PASSED "$log"); skipped=$(count SKIPPED "$log"); failed=$(count FAILED "$log")
   ran=$(grep -E '^\[==========\] [0-9]+ tests? from' "$log" | tail -1 | awk '{print $2}')

@@ -310,7 +310,9 @@ void build_steps(Executor::Program& p, const Placement& at) {
     for (ValueId id : node.inputs) place(id, position++, &step.inputs, nullptr);
     for (ValueId id : node.outputs) place(id, position++, nullptr, &step.outputs);
     // Note [Collectives run in program order] in kernels/communicator.h.
-    if (node.op->collective) step.writes.push_back(kernels::collective_order_var());
+    if (node.op->collective && p.options.device.is_cpu()) {
+      step.writes.push_back(kernels::collective_order_var());
+    }
     p.steps.push_back(std::move(step));
   }
 }
@@ -377,11 +379,13 @@ Executor::Executor(Graph graph, ExecutorOptions options) {
   }
   build_steps(p, place_values(p));
   build_segments(p);
-  if (options.device.is_cuda() && options.cuda_graph) {
-    p.captured = std::make_unique<Program::Captured>();
-  }
   const bool communicates = std::any_of(p.graph.nodes.begin(), p.graph.nodes.end(),
                                         [](const Node& node) { return node.op->collective; });
+  // A graph with collectives replays node by node on a GPU: NCCL's calls are
+  // not captured into a CUDA graph (its communicator starts at the first one).
+  if (options.device.is_cuda() && options.cuda_graph && !communicates) {
+    p.captured = std::make_unique<Program::Captured>();
+  }
   if (options.device.is_cpu() && !communicates && small_enough_for_the_caller(p.graph)) {
     p.runs_on_caller = true;
     collect_caller_vars(p);

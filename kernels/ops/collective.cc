@@ -6,6 +6,9 @@
 // run in program order]), and it does not hold a worker while it waits
 // (Note [Ops that finish later] in core/engine/engine.h).
 //
+// CUDA tensors go through the communicator's launch() on the op's stream
+// (NCCL), CPU tensors through start() (MPI on a communication thread).
+//
 // Not differentiable: gradients of a data-parallel model are averaged after
 // backward (distributed::DistributedDataParallel), not propagated through a
 // collective.
@@ -87,13 +90,19 @@ void collective_kernel(const KernelContext& context) {
 OpDef collective_op(std::string name, std::vector<AttrSpec> attrs, InferFn infer, KernelFn cpu,
                     std::string doc) {
   attrs.insert(attrs.begin(), AttrSpec{"group", int64_t{0}});
-  return {.name = std::move(name),
-          .attrs = std::move(attrs),
-          .infer = infer,
-          .cpu = cpu,
-          .differentiable = false,
-          .doc = std::move(doc),
-          .collective = true};
+  OpDef op{.name = std::move(name),
+           .attrs = std::move(attrs),
+           .infer = infer,
+           .cpu = cpu,
+           .differentiable = false,
+           .doc = std::move(doc),
+           .collective = true};
+#ifdef TANDEM_WITH_CUDA
+  // The same function on a GPU: run_collective enqueues the call on the op's
+  // stream there (Communicator::launch, NCCL in distributed/).
+  op.cuda = cpu;
+#endif
+  return op;
 }
 
 }  // namespace

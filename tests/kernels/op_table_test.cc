@@ -290,9 +290,6 @@ TEST(OpTableTest, EveryOpHasRows) {
 TEST(OpTableTest, EveryOpHasACudaKernel) {
 #ifdef TANDEM_WITH_CUDA
   for (const OpDef* op : Registry::global().all()) {
-    // GPU tensors would travel through NCCL, which Tandem does not use yet
-    // (distributed/README.md): a collective of them is an error at the call.
-    if (op->collective) continue;
     EXPECT_NE(op->cuda, nullptr) << "op '" << op->name << "' has no CUDA kernel";
   }
 #else
