@@ -90,6 +90,11 @@ TEST(RendezvousTest, EveryWaitEndsAtItsDeadlineNamingWhatItWaitedFor) {
               HasSubstr("timed out waiting for its hello"));
 }
 
+TEST(RendezvousTest, AnUnknownHostIsAnErrorNamingIt) {
+  EXPECT_THAT(error_of([] { connect_to("no-such-host.invalid", 29500, in(5s)); }),
+              HasSubstr("cannot resolve MASTER_ADDR 'no-such-host.invalid'"));
+}
+
 TEST(RendezvousTest, APeerThatHangsUpIsAnError) {
   const int port = free_port();
   Listener listener(port);
