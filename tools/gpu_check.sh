@@ -79,12 +79,20 @@ if [[ $USE_DEPS == 1 ]] && compgen -G ".gpu-deps/*.deb" > /dev/null; then
   done
   PREFIX="$DEPS/usr"
   LIBDIR="$PREFIX/lib/x86_64-linux-gnu"
+  # Open MPI finds its plugins, wrapper data and helpers relative to OPAL_PREFIX; the names
+  # Debian's alternatives would have made (mpirun, mpicxx, ...) point at its programs.
+  export OPAL_PREFIX="$PREFIX"
+  for program in mpirun mpiexec mpicc mpicxx; do
+    [[ -e $PREFIX/bin/$program.openmpi ]] && ln -sfn "$program.openmpi" "$PREFIX/bin/$program"
+  done
+  export PATH="$PREFIX/bin:$PATH"
   export CMAKE_PREFIX_PATH="$PREFIX${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export CPATH="$PREFIX/include${CPATH:+:$CPATH}"
   export LIBRARY_PATH="$LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"
   export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "   unpacked $(ls .gpu-deps/*.deb | wc -l) packages into $DEPS ($(du -sh "$DEPS" | cut -f1))"
-  dangling=$(find "$DEPS" -xtype l -not -path "*/usr/src/*")  # usr/src/gtest: sources, unused.
+  # usr/src/gtest: sources, unused; usr/share/doc: documentation.
+  dangling=$(find "$DEPS" -xtype l -not -path "*/usr/src/*" -not -path "*/usr/share/doc/*")
   [[ -n $dangling ]] && echo "   WARNING: links to files no package brought: $dangling"
   # Debian 12's libraries want gcc 12's libstdc++ (GLIBCXX_3.4.30) and glibc >= 2.34.
   libstdcxx=$(g++ -print-file-name=libstdc++.so.6)
@@ -147,7 +155,7 @@ if ! cmake "${GENERATOR[@]}" -S . -B "$BUILD" -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYP
 fi
 grep "Tandem:" "$LOGS/configure.log" | sed 's/^/   /'
 echo "   found:"
-grep -E "^(absl|dnnl|GTest|benchmark|nlohmann_json)_DIR:|^ZLIB_LIBRARY_RELEASE:|^ZLIB_INCLUDE_DIR:|^OpenCL_LIBRARY:" \
+grep -E "^(absl|dnnl|GTest|benchmark|nlohmann_json|ONNX)_DIR:|^ZLIB_LIBRARY_RELEASE:|^ZLIB_INCLUDE_DIR:|^OpenCL_LIBRARY:|^Protobuf_LIBRARY_RELEASE:|^MPIEXEC_EXECUTABLE:|^MPI_mpi_LIBRARY:" \
   "$BUILD/CMakeCache.txt" | sed 's/^/     /'
 step_done "configure"
 if [[ $CONFIGURE_ONLY == 1 ]]; then

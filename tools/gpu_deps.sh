@@ -7,7 +7,8 @@
 #   bash tools/gpu_deps.sh     # here, where apt works; then carry .gpu-deps to the GPU machine
 #
 # The list: each -dev package Tandem's CMake finds, the runtime package its .so links point at,
-# and oneDNN's OpenCL loader and headers (Debian builds oneDNN with its OpenCL GPU runtime, so
+# Open MPI's programs (mpirun, ompi-server; tools/gpu_check.sh runs them from the unpacked tree
+# with OPAL_PREFIX), and oneDNN's OpenCL loader and headers (Debian builds oneDNN with its OpenCL GPU runtime, so
 # its CMake config asks for OpenCL and libdnnl.so.2 loads libOpenCL.so.1). Left out, because
 # the image has them: libc, libstdc++, libgcc-s, libgomp (gcc's own), and googletest's sources
 # (libgtest-dev already holds the built libgtest.a and libgmock.a).
@@ -24,6 +25,14 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libbenchmark-dev libbenchmark1debian
   zlib1g-dev zlib1g
+  # The ONNX importer (serialization/onnx_*): protobuf and ONNX.
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 libprotoc32 protobuf-compiler
+  libonnx-dev libonnx1 libonnxifi
+  # Process groups (distributed/): Open MPI, its runtime and its transports' libraries (not
+  # the -dev packages libopenmpi-dev names: its compiler wrappers link libmpi alone).
+  libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common
+  libpmix2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0
+  libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200 libpsm2-2 libpsm-infinipath1
 )
 
 rm -rf "$DEST"
