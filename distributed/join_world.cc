@@ -1,12 +1,13 @@
 #include "distributed/join_world.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -54,6 +55,7 @@ std::optional<std::string> field(const std::string& line, std::string_view word)
   return line.substr(word.size() + 1);
 }
 
+// `name` on the PATH; empty if it is not there.
 std::filesystem::path find_program(const char* name) {
   const std::optional<std::string_view> path = environment::get("PATH");
   std::stringstream directories(std::string(path.value_or("/usr/bin:/bin")));
@@ -61,49 +63,35 @@ std::filesystem::path find_program(const char* name) {
     const std::filesystem::path candidate = std::filesystem::path(directory) / name;
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
-  TANDEM_CHECK(false, "distributed::init: rank 0 needs Open MPI's ", name,
-               " (Debian package openmpi-bin) on the PATH to join ranks started without mpirun");
   return {};
 }
 
-// Open MPI's name server, a child of this process that dies with it, writing
-// its address to `uri_file`.
-pid_t start_name_server(const std::filesystem::path& program,
-                        const std::filesystem::path& uri_file) {
-  // Everything the child needs is prepared before fork: after it, only
-  // async-signal-safe calls.
-  std::vector<std::string> words = {program.string(), "--no-daemonize", "-r", uri_file.string()};
+// Open MPI's name server, writing its address to `uri_file`. posix_spawn,
+// not fork: fork would run the engine's fork handlers (Note [Engines across
+// fork] in core/engine/threaded_engine.cc), which wait for pending ops and
+// restart workers in the child. Through util-linux's setpriv where there is
+// one, so that the server is killed if this process dies during the join.
+pid_t start_name_server(const std::filesystem::path& uri_file) {
+  const std::filesystem::path server = find_program("ompi-server");
+  TANDEM_CHECK(!server.empty(),
+               "distributed::init: rank 0 needs Open MPI's ompi-server (Debian package "
+               "openmpi-bin) on the PATH to join ranks started without mpirun");
+  std::vector<std::string> words;
+  if (const std::filesystem::path setpriv = find_program("setpriv"); !setpriv.empty()) {
+    words = {setpriv.string(), "--pdeathsig", "KILL", "--"};
+  }
+  for (std::string word :
+       {server.string(), std::string("--no-daemonize"), std::string("-r"), uri_file.string()}) {
+    words.push_back(std::move(word));
+  }
   std::vector<char*> argv;
   for (std::string& word : words) argv.push_back(word.data());
   argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  TANDEM_CHECK(pid >= 0, "distributed::init: cannot start ", program.string());
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  pid_t pid = -1;
+  const int code = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+  TANDEM_CHECK(code == 0, "distributed::init: cannot start ", server.string(), ": ",
+               std::strerror(code));
   return pid;
-}
-
-// The address the name server wrote, once it has written all of it.
-std::string read_server_uri(pid_t server, const std::filesystem::path& uri_file,
-                            Deadline deadline) {
-  while (true) {
-    std::ifstream in(uri_file);
-    std::string uri;
-    if (in && std::getline(in, uri) && !in.eof() && !uri.empty()) return uri;
-    int status = 0;
-    TANDEM_CHECK(::waitpid(server, &status, WNOHANG) == 0,
-                 "distributed::init: Open MPI's name server (ompi-server) ended before it gave its "
-                 "address (exit status ",
-                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, ")");
-    TANDEM_CHECK(Clock::now() < deadline,
-                 "distributed::init: Open MPI's name server gave no address before the timeout");
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
 }
 
 // One step of the join: `open` accepts or connects the joining rank (an
@@ -181,10 +169,42 @@ struct WorldJoin::State {
 
   ~State() { stop_server(); }
 
+  // The address the name server wrote, once it has written all of it.
+  std::string read_server_uri(Deadline deadline) {
+    const std::filesystem::path uri_file = server_directory / "uri";
+    while (true) {
+      std::ifstream in(uri_file);
+      std::string uri;
+      if (in && std::getline(in, uri) && !in.eof() && !uri.empty()) return uri;
+      int status = 0;
+      const pid_t ended = ::waitpid(server, &status, WNOHANG);
+      if (ended != 0) server = -1;  // Reaped (or gone): never signal its pid again.
+      TANDEM_CHECK(ended == 0,
+                   "distributed::init: Open MPI's name server (ompi-server) ended before it "
+                   "gave its address",
+                   ended > 0 && WIFEXITED(status)
+                       ? str_cat(" (exit status ", WEXITSTATUS(status), ")")
+                       : std::string());
+      TANDEM_CHECK(Clock::now() < deadline,
+                   "distributed::init: Open MPI's name server gave no address before the timeout");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  // Asks the server to end (so that it removes its session files), and
+  // kills it if it has not within a second.
   void stop_server() {
     if (server > 0) {
-      ::kill(server, SIGKILL);
-      ::waitpid(server, nullptr, 0);
+      ::kill(server, SIGTERM);
+      const Deadline patience = Clock::now() + std::chrono::seconds(1);
+      while (::waitpid(server, nullptr, WNOHANG) == 0) {
+        if (Clock::now() >= patience) {
+          ::kill(server, SIGKILL);
+          ::waitpid(server, nullptr, 0);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       server = -1;
     }
     if (!server_directory.empty()) {
@@ -201,8 +221,8 @@ struct WorldJoin::State {
                  "distributed::init: cannot create a directory in /tmp for the name server");
     server_directory = directory;
     Listener listener(launch.master_port);
-    server = start_name_server(find_program("ompi-server"), server_directory / "uri");
-    const std::string uri = read_server_uri(server, server_directory / "uri", deadline);
+    server = start_name_server(server_directory / "uri");
+    const std::string uri = read_server_uri(deadline);
     ::setenv("OMPI_MCA_pmix_server_uri", uri.c_str(), 1);
     ranks.resize(static_cast<size_t>(launch.world_size));
     std::vector<bool> joined(ranks.size(), false);
@@ -286,7 +306,11 @@ WorldJoin::~WorldJoin() = default;
 MPI_Comm WorldJoin::connect() {
   State& s = *state_;
   const int me = s.launch.rank, size = s.launch.world_size;
-  const Deadline deadline = Clock::now() + s.timeout;
+  // MPI_Init has read it; children of this process must not find a server
+  // that is about to end.
+  ::unsetenv("OMPI_MCA_pmix_server_uri");
+  // Each step has the timeout; rank k's port comes after k - 1 of them.
+  auto steps_from_now = [&](int steps) { return Clock::now() + s.timeout * steps; };
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   MPI_Comm world = MPI_COMM_SELF;
   std::string port;
@@ -299,23 +323,26 @@ MPI_Comm WorldJoin::connect() {
       port = name;
     } else {
       const std::optional<std::string> name =
-          field(s.master->receive_line(deadline, "the MPI port's name"), "port");
+          field(s.master->receive_line(steps_from_now(me), "the MPI port's name"), "port");
       TANDEM_CHECK(name.has_value(), "distributed::init: rank 0 sent no MPI port");
       port = *name;
       world = merge_in(
           [port](MPI_Comm* intercomm) {
             return MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, intercomm);
           },
-          /*joining=*/1, deadline, str_cat("rank ", me, " connecting to ranks 0 to ", me - 1));
+          /*joining=*/1, steps_from_now(1),
+          str_cat("rank ", me, " connecting to ranks 0 to ", me - 1));
     }
     for (int k = me + 1; k < size; ++k) {
-      if (me == 0) s.ranks[static_cast<size_t>(k)]->send_line(str_cat("port ", port), deadline);
+      if (me == 0) {
+        s.ranks[static_cast<size_t>(k)]->send_line(str_cat("port ", port), steps_from_now(1));
+      }
       // Ranks 0 to k-1 accept rank k together.
       MPI_Comm grown = merge_in(
           [world, port](MPI_Comm* intercomm) {
             return MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, world, intercomm);
           },
-          /*joining=*/0, deadline, str_cat("accepting rank ", k, " into the world"));
+          /*joining=*/0, steps_from_now(1), str_cat("accepting rank ", k, " into the world"));
       if (world != MPI_COMM_SELF) MPI_Comm_free(&world);
       world = grown;
     }

@@ -110,7 +110,9 @@ std::string LineSocket::receive_line(Deadline deadline, std::string_view waiting
 }
 
 Listener::Listener(int port) : port_(port) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: a connection that goes away between poll and accept must
+  // not block accept.
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   TANDEM_CHECK(fd_ >= 0, "rendezvous: cannot create a socket: ", system_error(errno));
   const int one = 1;
   ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -136,7 +138,15 @@ LineSocket Listener::accept(Deadline deadline, std::string_view waiting_for) {
     sockaddr_in peer{};
     socklen_t length = sizeof peer;
     const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &length, SOCK_CLOEXEC);
-    if (fd < 0) continue;  // The connection went away before it was accepted.
+    if (fd < 0) {
+      // The connection went away before it was accepted: wait for the next.
+      // Anything else (out of descriptors) would keep failing at once.
+      const int code = errno;
+      TANDEM_CHECK(code == ECONNABORTED || code == EINTR || code == EAGAIN || code == EPROTO,
+                   "rendezvous: accepting a connection on port ", port_,
+                   " failed: ", system_error(code));
+      continue;
+    }
     char host[INET_ADDRSTRLEN] = "?";
     ::inet_ntop(AF_INET, &peer.sin_addr, host, sizeof host);
     return LineSocket(fd, str_cat(host, ":", ntohs(peer.sin_port)));
