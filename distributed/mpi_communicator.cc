@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/profiler.h"
 
-#ifdef TANDEM_WITH_CUDA
+#ifdef TANDEM_WITH_NCCL
 #include "distributed/nccl_collectives.h"
 #endif
 
@@ -114,7 +114,7 @@ struct MpiCommunicator::State {
   std::thread watchdog;
   bool stuck = false;  // Set by stop().
 
-#ifdef TANDEM_WITH_CUDA
+#ifdef TANDEM_WITH_NCCL
   std::unique_ptr<NcclCollectives> gpu;  // Note [Collectives of GPU tensors].
 #endif
 
@@ -155,7 +155,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, int group, std::chrono::millisec
   s.peer_started.assign(static_cast<size_t>(s.size), 0);
   s.announce_buffer.assign(static_cast<size_t>(s.size), 0);
   s.announce_request.assign(static_cast<size_t>(s.size), MPI_REQUEST_NULL);
-#ifdef TANDEM_WITH_CUDA
+#ifdef TANDEM_WITH_NCCL
   s.gpu = std::make_unique<NcclCollectives>(comm, group);
 #endif
   s.thread = std::thread([&s] { s.loop(); });
@@ -217,14 +217,14 @@ void MpiCommunicator::stop() {
   if (!s.stuck) {
     MPI_Comm_free(&s.data);
     MPI_Comm_free(&s.arrivals);
-#ifdef TANDEM_WITH_CUDA
+#ifdef TANDEM_WITH_NCCL
     s.gpu->stop();
 #endif
   }
 }
 
 void MpiCommunicator::launch(const kernels::CollectiveCall& call, int device, void* stream) {
-#ifdef TANDEM_WITH_CUDA
+#ifdef TANDEM_WITH_NCCL
   state_->gpu->launch(call, device, stream);
 #else
   kernels::Communicator::launch(call, device, stream);

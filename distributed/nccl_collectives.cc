@@ -5,6 +5,7 @@
 
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -39,20 +40,25 @@ const Nccl& nccl() {
     // process (Note [Library handles] in kernels/cuda/handles.cc).
     void* library = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
     TANDEM_CHECK(library != nullptr, "cannot load NCCL (", kLibrary, "): ", dlerror());
-    auto resolve = [&]<class Fn>(Fn*, const char* name) {
+    // The types only (decltype does not use the function): NCCL is not
+    // linked, so naming its functions in code would leave undefined
+    // references in a build that does not optimize them away.
+    auto resolve = [&]<class Fn>(std::type_identity<Fn>, const char* name) {
       void* symbol = dlsym(library, name);
       TANDEM_CHECK(symbol != nullptr, "NCCL (", kLibrary, ") has no function ", name);
-      return reinterpret_cast<Fn*>(symbol);
+      return reinterpret_cast<Fn>(symbol);
     };
+#define TANDEM_NCCL_FUNCTION(name) resolve(std::type_identity<decltype(&name)>{}, #name)
     return Nccl{
-        .get_unique_id = resolve(&ncclGetUniqueId, "ncclGetUniqueId"),
-        .comm_init_rank = resolve(&ncclCommInitRank, "ncclCommInitRank"),
-        .all_reduce = resolve(&ncclAllReduce, "ncclAllReduce"),
-        .broadcast = resolve(&ncclBroadcast, "ncclBroadcast"),
-        .all_gather = resolve(&ncclAllGather, "ncclAllGather"),
-        .reduce_scatter = resolve(&ncclReduceScatter, "ncclReduceScatter"),
-        .error_string = resolve(&ncclGetErrorString, "ncclGetErrorString"),
+        .get_unique_id = TANDEM_NCCL_FUNCTION(ncclGetUniqueId),
+        .comm_init_rank = TANDEM_NCCL_FUNCTION(ncclCommInitRank),
+        .all_reduce = TANDEM_NCCL_FUNCTION(ncclAllReduce),
+        .broadcast = TANDEM_NCCL_FUNCTION(ncclBroadcast),
+        .all_gather = TANDEM_NCCL_FUNCTION(ncclAllGather),
+        .reduce_scatter = TANDEM_NCCL_FUNCTION(ncclReduceScatter),
+        .error_string = TANDEM_NCCL_FUNCTION(ncclGetErrorString),
     };
+#undef TANDEM_NCCL_FUNCTION
   }();
   return functions;
 }
@@ -105,26 +111,35 @@ struct NcclCollectives::State {
   int group = 0;
   int rank = 0;
   int size = 1;
-  std::mutex mu;  // Guards the two below: workers of two devices may race to start.
+  std::mutex mu;  // Guards the three below: workers of two devices may race to start.
   int device = -1;
   ncclComm_t comm = nullptr;
+  std::string failed;  // Why starting failed: every later call fails alike.
 
   // The group's NCCL communicator on `device`, started at the first call.
   ncclComm_t communicator(int on_device) {
     std::lock_guard lock(mu);
+    // A start that failed on some ranks cannot be retried: the others would
+    // not take part in the retry's broadcast.
+    TANDEM_CHECK(failed.empty(), failed);
     if (comm != nullptr) {
       TANDEM_CHECK(on_device == device, "process group ", group,
                    " has its GPU collectives on cuda:", device,
                    "; this rank cannot also use cuda:", on_device, " (one device per rank)");
       return comm;
     }
-    ncclUniqueId id{};
-    if (rank == 0) check(nccl().get_unique_id(&id), "ncclGetUniqueId", group);
-    const int code = MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, bootstrap);
-    TANDEM_CHECK(code == MPI_SUCCESS, "process group ", group,
-                 ": handing out NCCL's unique id failed in MPI: ", mpi_error_text(code));
-    // On the device's worker, whose current device is `on_device`.
-    check(nccl().comm_init_rank(&comm, size, id, rank), "starting NCCL", group);
+    try {
+      ncclUniqueId id{};
+      if (rank == 0) check(nccl().get_unique_id(&id), "ncclGetUniqueId", group);
+      const int code = MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, bootstrap);
+      TANDEM_CHECK(code == MPI_SUCCESS, "process group ", group,
+                   ": handing out NCCL's unique id failed in MPI: ", mpi_error_text(code));
+      // On the device's worker, whose current device is `on_device`.
+      check(nccl().comm_init_rank(&comm, size, id, rank), "starting NCCL", group);
+    } catch (const Error& e) {
+      failed = e.message();
+      throw;
+    }
     device = on_device;
     return comm;
   }

@@ -1,14 +1,16 @@
 // Collectives of CUDA tensors through NCCL, for one process group. Internal
-// to distributed/; built only with CUDA (TANDEM_WITH_CUDA).
+// to distributed/; built only with CUDA where the toolkit has NCCL's header
+// (TANDEM_WITH_NCCL).
 //
 // Note [Collectives of GPU tensors]
 // A collective of CUDA tensors is a GPU op like any other: the device's
 // worker runs its kernel, which enqueues NCCL's call on the op's stream and
 // returns (Note [GPU ops complete at launch] in
 // core/engine/threaded_engine.cc), so the exchange runs on the GPU in stream
-// order behind the ops that wrote its input, and no thread waits for it. The
-// one worker per device enqueues in push order, which is program order, the
-// same on every rank, as NCCL requires. Each rank uses one device for a
+// order behind the ops that wrote its input, and no thread waits for it.
+// Each also writes its device's order var (Note [Collectives run in program
+// order] in kernels/communicator.h), so they are enqueued in push order,
+// which is program order, the same on every rank, as NCCL requires. Each rank uses one device for a
 // group's collectives, and no two ranks the same one (NCCL refuses that);
 // the group's NCCL communicator starts at its first GPU collective: group
 // rank 0 makes NCCL's unique id, MPI broadcasts it over a duplicate of the

@@ -45,14 +45,19 @@ std::shared_ptr<Communicator> communicator(int group) {
   return it->second;
 }
 
-engine::Var* collective_order_var() {
-  static engine::Var* var = engine::new_var();  // Never deleted: as long as the process.
+engine::Var* collective_order_var(Device device) {
+  static std::mutex mu;
+  // By device: -1 for the CPU, else the CUDA device's index. Never deleted.
+  static auto* vars = new absl::flat_hash_map<int, engine::Var*>;
+  std::lock_guard lock(mu);
+  engine::Var*& var = (*vars)[device.is_cpu() ? -1 : device.index()];
+  if (var == nullptr) var = engine::new_var(device);
   return var;
 }
 
 void Communicator::launch(const CollectiveCall& call, int device, void* /*stream*/) {
   TANDEM_CHECK(false, collective_name(call.kind), " of tensors on cuda:", device,
-               ": this process group has no GPU communicator (a build without CUDA)");
+               ": this process group has no GPU communicator (a build without CUDA or NCCL)");
 }
 
 void run_collective(Communicator& communicator, CollectiveCall call,

@@ -12,10 +12,13 @@
 // MPI requires every process to start the collectives of a communicator in
 // the same order. Each process pushes them in program order, which is the
 // same on every rank of a data-parallel program; the engine keeps that
-// order because every collective op on the CPU also writes one var,
-// collective_order_var(), so each starts only once the one pushed before it
-// has finished. A GPU collective needs no such var: the device's one worker
-// enqueues its ops on one stream in push order. They still overlap with everything else: a
+// order because every collective op also writes one var of its device,
+// collective_order_var(device), so each starts only once the one pushed
+// before it has finished (on a GPU, once it has been enqueued: the var lives
+// on the device, so the stream orders it and the op still completes at
+// launch). Without it the engine would start whichever is ready first, and
+// a collective whose input is still being copied to the GPU could be
+// overtaken on one rank and not on another. They still overlap with everything else: a
 // collective finishes later (Note [Ops that finish later] in core/engine/engine.h), and the worker
 // runs backward's kernels meanwhile.
 #pragma once
@@ -78,7 +81,7 @@ void remove_communicator(int group);
 std::shared_ptr<Communicator> communicator(int group);
 
 // See Note [Collectives run in program order]; lives as long as the process.
-engine::Var* collective_order_var();
+engine::Var* collective_order_var(Device device = Device::cpu());
 
 // Runs `call` on `communicator` inside an op's function: on a GPU, enqueued
 // on the op's stream (Communicator::launch); on the CPU, finishing later

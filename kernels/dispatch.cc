@@ -342,7 +342,7 @@ Outputs dispatch(const OpDef& op, absl::Span<const Tensor> given, const Attrs& a
   for (const Tensor& t : inputs) reads.push_back(t.var());
   for (const Tensor& t : outputs) writes.push_back(t.var());
   // Note [Collectives run in program order] in kernels/communicator.h.
-  if (op.collective && run_device.is_cpu()) writes.push_back(collective_order_var());
+  if (op.collective) writes.push_back(collective_order_var(run_device));
   engine::Engine& engine = engine::current();
   if (run_device.is_cpu() && !op.collective && is_tiny(op, inputs, outputs)) {
     // Note [Tiny ops run inline] in core/engine/threaded_engine.cc: on the

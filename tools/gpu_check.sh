@@ -138,6 +138,22 @@ else
   fi
 fi
 
+# NCCL (distributed/nccl_collectives.h): its header beside the toolkit's, or PyTorch's pip copy
+# (nvidia.nccl), whose library the GPU collectives then open.
+NCCL_ARGS=()
+if [[ -f $CUDA_DIR/include/nccl.h ]]; then
+  echo "   NCCL: with the toolkit"
+else
+  pip_nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2> /dev/null)
+  if [[ -n $pip_nccl && -f $pip_nccl/include/nccl.h ]]; then
+    NCCL_ARGS=("-DTANDEM_NCCL_INCLUDE_DIR=$pip_nccl/include")
+    export LD_LIBRARY_PATH="$pip_nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "   NCCL: not with the toolkit; using PyTorch's, $pip_nccl"
+  else
+    echo "   NCCL: NOT FOUND; the GPU collectives are not built and their tests fail"
+  fi
+fi
+
 # ---- 3. Configure ------------------------------------------------------------------------------
 step "configure"
 GENERATOR=()
@@ -148,7 +164,7 @@ ARCHS="${TANDEM_CUDA_ARCHITECTURES:-90-real}"
 # time. libtorch (bench/torch's peer) is not looked for: a PyTorch install may hold one.
 if ! cmake "${GENERATOR[@]}" -S . -B "$BUILD" -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
     -DTANDEM_BUILD_TUTORIALS=OFF -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
-    -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" "${CUDNN_ARGS[@]}" > "$LOGS/configure.log" 2>&1; then
+    -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" "${CUDNN_ARGS[@]}" "${NCCL_ARGS[@]}" > "$LOGS/configure.log" 2>&1; then
   tail -30 "$LOGS/configure.log"
   echo "gpu_check: configure FAILED (log: $LOGS/configure.log)"
   exit 1
@@ -186,7 +202,7 @@ declare -A FILTER=(
 )
 # distributed_tests is one process per rank: one rank per GPU, under mpirun
 # (distributed/nccl_collectives.h).
-GPUS=$(nvidia-smi --list-gpus 2> /dev/null | wc -l)
+GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader 2> /dev/null | wc -l)
 (( GPUS > 0 )) || GPUS=1
 declare -A LAUNCH=([distributed_tests]="mpirun --allow-run-as-root --oversubscribe -np $GPUS")
 TEST_ROWS=()

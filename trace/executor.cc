@@ -310,9 +310,7 @@ void build_steps(Executor::Program& p, const Placement& at) {
     for (ValueId id : node.inputs) place(id, position++, &step.inputs, nullptr);
     for (ValueId id : node.outputs) place(id, position++, nullptr, &step.outputs);
     // Note [Collectives run in program order] in kernels/communicator.h.
-    if (node.op->collective && p.options.device.is_cpu()) {
-      step.writes.push_back(kernels::collective_order_var());
-    }
+    if (node.op->collective) step.writes.push_back(kernels::collective_order_var(p.options.device));
     p.steps.push_back(std::move(step));
   }
 }
