@@ -46,11 +46,16 @@ std::shared_ptr<Communicator> communicator(int group) {
 }
 
 engine::Var* collective_order_var(Device device) {
+  // Never deleted: as long as the process. The CPU's without a lock, since
+  // every eager collective on the CPU asks for it.
+  if (device.is_cpu()) {
+    static engine::Var* cpu = engine::new_var();
+    return cpu;
+  }
   static std::mutex mu;
-  // By device: -1 for the CPU, else the CUDA device's index. Never deleted.
-  static auto* vars = new absl::flat_hash_map<int, engine::Var*>;
+  static auto* by_cuda_device = new absl::flat_hash_map<int, engine::Var*>;
   std::lock_guard lock(mu);
-  engine::Var*& var = (*vars)[device.is_cpu() ? -1 : device.index()];
+  engine::Var*& var = (*by_cuda_device)[device.index()];
   if (var == nullptr) var = engine::new_var(device);
   return var;
 }

@@ -34,12 +34,18 @@ using namespace std::chrono_literals;
 
 Deadline in(std::chrono::milliseconds wait) { return std::chrono::steady_clock::now() + wait; }
 
-// A port nobody listens on now (the kernel's pick of a free one).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+sockaddr_in loopback(int port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  return address;
+}
+
+// A port nobody listens on now (the kernel's pick of a free one).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = loopback(0);
   ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
   socklen_t length = sizeof address;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
@@ -110,11 +116,8 @@ TEST(RendezvousTest, ALineOverTheLimitIsRefused) {
   Listener listener(port);
   // A raw socket: LineSocket itself never sends such a line.
   const int flood = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  ASSERT_EQ(::connect(flood, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const sockaddr_in address = loopback(port);
+  ASSERT_EQ(::connect(flood, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
   LineSocket server = listener.accept(in(5s), "the flood");
   const std::string bytes(2 * kMaxLineBytes, 'x');
   ASSERT_EQ(::send(flood, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
